@@ -1,0 +1,36 @@
+-- begin: start a payout attempt if the withdrawal is due and nobody else is
+-- paying it out.
+--
+-- KEYS[1] -> withdrawal record
+-- ARGV[1] -> now, unix ms
+-- ARGV[2] -> deadline of the attempt, unix ms (past it, another may take over)
+-- ARGV[3] -> tolerated clock skew between poller and consumer, ms
+--
+-- Returns {0} when there is no such record, else {code, record as HGETALL}:
+-- 1 = attempt started (status processing, attempts + 1), 2 = busy (another
+-- attempt runs), 3 = not due (a stale duplicate job), 4 = final.
+local cur = redis.call('HMGET', KEYS[1], 'status', 'due', 'until', 'attempts')
+local status = cur[1]
+if not status then
+  return {0}
+end
+local now = tonumber(ARGV[1])
+local code = 4
+if status == 'scheduled' or status == 'retrying' then
+  if tonumber(cur[2]) > now + tonumber(ARGV[3]) then
+    code = 3
+  else
+    code = 1
+  end
+elseif status == 'processing' then
+  if tonumber(cur[3]) > now then
+    code = 2
+  else
+    code = 1
+  end
+end
+if code == 1 then
+  redis.call('HSET', KEYS[1], 'status', 'processing', 'attempts', tonumber(cur[4]) + 1,
+    'until', ARGV[2], 'updated', ARGV[1])
+end
+return {code, redis.call('HGETALL', KEYS[1])}

@@ -1,0 +1,26 @@
+-- cancel: cancel a scheduled or retrying withdrawal and take it off the queue.
+--
+-- KEYS[1] -> withdrawal record
+-- KEYS[2] -> delay-queue due set of the shard
+-- KEYS[3] -> delay-queue inflight set of the shard
+-- ARGV[1] -> user id (the owner)
+-- ARGV[2] -> now, unix ms
+-- ARGV[3] -> withdrawal id
+--
+-- Returns {0} when there is no such withdrawal of that user, else
+-- {code, record as HGETALL}: 1 = cancelled now, 2 = was cancelled already,
+-- 3 = not cancellable (processing, paid or failed).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'user')
+if not cur[1] or cur[2] ~= ARGV[1] then
+  return {0}
+end
+local code = 3
+if cur[1] == 'scheduled' or cur[1] == 'retrying' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  code = 1
+elseif cur[1] == 'cancelled' then
+  code = 2
+end
+return {code, redis.call('HGETALL', KEYS[1])}

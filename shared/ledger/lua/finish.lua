@@ -1,0 +1,22 @@
+-- finish: record the final result (paid or failed) of a payout attempt.
+--
+-- KEYS[1] -> withdrawal record
+-- ARGV[1] -> attempt number the result belongs to
+-- ARGV[2] -> final status: paid | failed
+-- ARGV[3] -> now, unix ms
+-- ARGV[4] -> payout id ("" if none)
+-- ARGV[5] -> last error ("" if none)
+--
+-- Returns {0} when there is no such record, else {code, record as HGETALL}:
+-- 1 = recorded, 2 = stale (the record is not in that attempt any more).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'attempts')
+if not cur[1] then
+  return {0}
+end
+if cur[1] ~= 'processing' or cur[2] ~= ARGV[1] then
+  return {2, redis.call('HGETALL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'processed', ARGV[3], 'updated', ARGV[3],
+  'payout_id', ARGV[4], 'last_error', ARGV[5])
+redis.call('HDEL', KEYS[1], 'until')
+return {1, redis.call('HGETALL', KEYS[1])}

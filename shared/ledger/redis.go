@@ -1,0 +1,397 @@
+// Package ledger holds the backends of the system of record. Redis keeps
+// records next to their delay-queue shard so that record changes and queue
+// changes are one atomic script.
+package ledger
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+var (
+	//go:embed lua/reserve.lua
+	reserveSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
+	//go:embed lua/create.lua
+	createSrc string
+	//go:embed lua/cancel.lua
+	cancelSrc string
+	//go:embed lua/begin.lua
+	beginSrc string
+	//go:embed lua/finish.lua
+	finishSrc string
+	//go:embed lua/retry.lua
+	retrySrc string
+	//go:embed lua/notified.lua
+	notifiedSrc string
+	//go:embed lua/purge_keys.lua
+	purgeKeysSrc string
+
+	reserveScript   = redis.NewScript(reserveSrc)
+	releaseScript   = redis.NewScript(releaseSrc)
+	createScript    = redis.NewScript(createSrc)
+	cancelScript    = redis.NewScript(cancelSrc)
+	beginScript     = redis.NewScript(beginSrc)
+	finishScript    = redis.NewScript(finishSrc)
+	retryScript     = redis.NewScript(retrySrc)
+	notifiedScript  = redis.NewScript(notifiedSrc)
+	purgeKeysScript = redis.NewScript(purgeKeysSrc)
+)
+
+// ClockSkew is how far a consumer's clock may run behind the poller's that
+// claimed a job before the job counts as not due yet.
+const ClockSkew = time.Second
+
+// Redis is the withdrawal ledger on Redis, beside the withdrawal queue.
+type Redis struct {
+	rdb redis.Cmdable
+	q   *delayq.Queue
+}
+
+var _ withdrawal.Ledger = (*Redis)(nil)
+
+// NewRedis returns the Redis ledger of the withdrawals in queue q.
+func NewRedis(rdb redis.Cmdable, q *delayq.Queue) *Redis {
+	return &Redis{rdb: rdb, q: q}
+}
+
+func (l *Redis) userKeys(userID string) delayq.Keys { return l.q.Keys(l.q.ShardFor(userID)) }
+
+func (l *Redis) shardKeys(shard int) (delayq.Keys, error) {
+	if shard < 0 || shard >= l.q.Shards() {
+		return delayq.Keys{}, fmt.Errorf("ledger: withdrawal shard %d outside 0..%d", shard, l.q.Shards()-1)
+	}
+	return l.q.Keys(shard), nil
+}
+
+// Reserve implements withdrawal.Ledger.
+func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdrawal.KeyState, error) {
+	k, err := l.shardKeys(r.Key.Shard)
+	if err != nil {
+		return withdrawal.KeyState{}, err
+	}
+	res, err := reserveScript.Run(ctx, l.rdb,
+		[]string{idemKey(k, r.Key.UserID, r.Key.Key), idemExpiryKey(k)},
+		r.Fingerprint, r.ID, r.Now.UnixMilli(), r.LockUntil.UnixMilli(), r.ExpiresAt.UnixMilli(),
+		r.Key.UserID, r.Key.Key).Slice()
+	if err != nil {
+		return withdrawal.KeyState{}, fmt.Errorf("ledger: reserve idempotency key: %w", err)
+	}
+	if len(res) != 4 {
+		return withdrawal.KeyState{}, fmt.Errorf("ledger: reserve: unexpected reply %v", res)
+	}
+	phase, _ := res[0].(int64)
+	st := withdrawal.KeyState{Phase: withdrawal.KeyPhase(phase)}
+	st.Fingerprint, _ = res[1].(string)
+	st.ID, _ = res[2].(string)
+	if resp, _ := res[3].(string); resp != "" {
+		st.Response = []byte(resp)
+	}
+	return st, nil
+}
+
+// Release implements withdrawal.Ledger.
+func (l *Redis) Release(ctx context.Context, key withdrawal.IdemKey, id string) error {
+	k, err := l.shardKeys(key.Shard)
+	if err != nil {
+		return err
+	}
+	err = releaseScript.Run(ctx, l.rdb, []string{idemKey(k, key.UserID, key.Key), idemExpiryKey(k)}, id).Err()
+	if err != nil {
+		return fmt.Errorf("ledger: release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// Create implements withdrawal.Ledger.
+func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdrawal.IdemKey, response []byte) error {
+	k, err := l.shardKeys(w.Shard)
+	if err != nil {
+		return err
+	}
+	args := []any{w.ID, w.DueAt.UnixMilli(), response,
+		"id", w.ID,
+		"user", w.UserID,
+		"status", string(w.Status),
+		"amount", w.Amount.String(),
+		"currency", w.Currency,
+		"dest", w.Destination,
+		"due", w.DueAt.UnixMilli(),
+		"created", w.CreatedAt.UnixMilli(),
+		"updated", w.UpdatedAt.UnixMilli(),
+		"attempts", w.Attempts,
+	}
+	code, err := createScript.Run(ctx, l.rdb, []string{
+		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemKey(k, key.UserID, key.Key),
+	}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("ledger: create %s: %w", w.ID, err)
+	}
+	switch code {
+	case 1:
+		return nil
+	case 0:
+		return fmt.Errorf("ledger: create %s: %w", w.ID, withdrawal.ErrExists)
+	default:
+		return fmt.Errorf("ledger: create %s: %w", w.ID, withdrawal.ErrReservationLost)
+	}
+}
+
+// Get implements withdrawal.Ledger.
+func (l *Redis) Get(ctx context.Context, userID, id string) (withdrawal.Withdrawal, error) {
+	shard := l.q.ShardFor(userID)
+	fields, err := l.rdb.HGetAll(ctx, recordKey(l.q.Keys(shard), id)).Result()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: get %s: %w", id, err)
+	}
+	if len(fields) == 0 || fields["user"] != userID {
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	}
+	return decodeRecord(shard, fields)
+}
+
+// List implements withdrawal.Ledger.
+func (l *Redis) List(ctx context.Context, userID string, limit int, after string) ([]withdrawal.Withdrawal, error) {
+	shard := l.q.ShardFor(userID)
+	k := l.q.Keys(shard)
+	max := "+"
+	if after != "" {
+		max = "(" + after
+	}
+	ids, err := l.rdb.ZRevRangeByLex(ctx, userIndexKey(k, userID), &redis.ZRangeBy{
+		Max: max, Min: "-", Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list withdrawals: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, recordKey(k, id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list withdrawals: %w", err)
+	}
+	out := make([]withdrawal.Withdrawal, 0, len(ids))
+	for _, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue
+		}
+		w, err := decodeRecord(shard, c.Val())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Cancel implements withdrawal.Ledger.
+func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (withdrawal.Withdrawal, error) {
+	shard := l.q.ShardFor(userID)
+	k := l.q.Keys(shard)
+	res, err := cancelScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, k.Inflight},
+		userID, now.UnixMilli(), id).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
+	}
+	code, w, err := decodeReply(shard, res)
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
+	}
+	switch code {
+	case 0:
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	case 3:
+		return w, withdrawal.ErrNotCancellable
+	default:
+		return w, nil
+	}
+}
+
+// Begin implements withdrawal.Ledger.
+func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.Time) (withdrawal.Withdrawal, withdrawal.Start, error) {
+	k, err := l.shardKeys(ref.Shard)
+	if err != nil {
+		return withdrawal.Withdrawal{}, 0, err
+	}
+	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
+		now.UnixMilli(), until.UnixMilli(), ClockSkew.Milliseconds()).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
+	}
+	code, w, err := decodeReply(ref.Shard, res)
+	if err != nil {
+		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
+	}
+	if code == 0 {
+		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, withdrawal.ErrNotFound)
+	}
+	return w, withdrawal.Start(code), nil
+}
+
+// Finish implements withdrawal.Ledger.
+func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r withdrawal.Result) (withdrawal.Withdrawal, error) {
+	k, err := l.shardKeys(ref.Shard)
+	if err != nil {
+		return withdrawal.Withdrawal{}, err
+	}
+	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
+	}
+	res, err := finishScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
+		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s: %w", ref.ID, err)
+	}
+	return transitioned(ref, res)
+}
+
+// Retry implements withdrawal.Ledger.
+func (l *Redis) Retry(ctx context.Context, ref withdrawal.Ref, attempt int, at, now time.Time, lastError string) (withdrawal.Withdrawal, error) {
+	k, err := l.shardKeys(ref.Shard)
+	if err != nil {
+		return withdrawal.Withdrawal{}, err
+	}
+	res, err := retryScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, k.Inflight},
+		attempt, at.UnixMilli(), now.UnixMilli(), lastError, ref.ID).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: retry %s: %w", ref.ID, err)
+	}
+	return transitioned(ref, res)
+}
+
+func transitioned(ref withdrawal.Ref, res []any) (withdrawal.Withdrawal, error) {
+	code, w, err := decodeReply(ref.Shard, res)
+	switch {
+	case err != nil:
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, err)
+	case code == 0:
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrNotFound)
+	case code == 2:
+		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
+	}
+	return w, nil
+}
+
+// MarkNotified implements withdrawal.Ledger.
+func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref) error {
+	k, err := l.shardKeys(ref.Shard)
+	if err != nil {
+		return err
+	}
+	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)}).Err(); err != nil {
+		return fmt.Errorf("ledger: mark %s notified: %w", ref.ID, err)
+	}
+	return nil
+}
+
+// purgeBatch bounds one purge script.
+const purgeBatch = 100
+
+// PurgeExpiredKeys forgets idempotency records past their retention, in
+// bounded batches per shard, and reports how many it removed.
+func (l *Redis) PurgeExpiredKeys(ctx context.Context, now time.Time) (int, error) {
+	total := 0
+	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
+	for n := range l.q.Shards() {
+		k := l.q.Keys(n)
+		for {
+			names, err := l.rdb.ZRangeByScore(ctx, idemExpiryKey(k), &redis.ZRangeBy{
+				Min: "-inf", Max: nowMS, Count: purgeBatch,
+			}).Result()
+			if err != nil {
+				return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
+			}
+			if len(names) == 0 {
+				break
+			}
+			removed, err := purgeKeysScript.Run(ctx, l.rdb, append([]string{idemExpiryKey(k)}, names...), nowMS).Int()
+			if err != nil {
+				return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
+			}
+			total += removed
+			if len(names) < purgeBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// decodeReply reads a {code, HGETALL...} script reply.
+func decodeReply(shard int, res []any) (int64, withdrawal.Withdrawal, error) {
+	if len(res) == 0 {
+		return 0, withdrawal.Withdrawal{}, errors.New("empty reply")
+	}
+	code, _ := res[0].(int64)
+	if len(res) < 2 {
+		return code, withdrawal.Withdrawal{}, nil
+	}
+	flat, _ := res[1].([]any)
+	fields := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		fields[k] = v
+	}
+	w, err := decodeRecord(shard, fields)
+	return code, w, err
+}
+
+func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error) {
+	w := withdrawal.Withdrawal{
+		ID:          f["id"],
+		UserID:      f["user"],
+		Shard:       shard,
+		Status:      withdrawal.Status(f["status"]),
+		Currency:    f["currency"],
+		Destination: f["dest"],
+		LastError:   f["last_error"],
+		PayoutID:    f["payout_id"],
+		Notified:    f["notified"] == "1",
+	}
+	var err error
+	if w.Amount, err = decimal.NewFromString(f["amount"]); err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: amount %q: %w", w.ID, f["amount"], err)
+	}
+	for _, t := range []struct {
+		field string
+		dst   *time.Time
+	}{
+		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {"updated", &w.UpdatedAt},
+		{"processed", &w.ProcessedAt}, {"until", &w.ProcessingUntil},
+	} {
+		v := f[t.field]
+		if v == "" {
+			continue
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: %s %q: %w", w.ID, t.field, v, err)
+		}
+		*t.dst = time.UnixMilli(ms).UTC()
+	}
+	if v := f["attempts"]; v != "" {
+		if w.Attempts, err = strconv.Atoi(v); err != nil {
+			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: attempts %q: %w", w.ID, v, err)
+		}
+	}
+	return w, nil
+}

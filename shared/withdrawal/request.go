@@ -1,0 +1,287 @@
+package withdrawal
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/shared/clock"
+)
+
+// FieldError is one rule a request broke.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError lists every rule a request broke; nothing was stored.
+type ValidationError struct {
+	Errors []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, f := range e.Errors {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "withdrawal: invalid request: " + strings.Join(parts, "; ")
+}
+
+func (e *ValidationError) add(field, format string, args ...any) {
+	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// Invalid returns a ValidationError of one field.
+func Invalid(field, format string, args ...any) *ValidationError {
+	e := &ValidationError{}
+	e.add(field, format, args...)
+	return e
+}
+
+// minorDigits are ISO 4217 minor units of the currencies Hourglass knows.
+var minorDigits = map[string]int32{
+	"AUD": 2, "BHD": 3, "BRL": 2, "CAD": 2, "CHF": 2, "CNY": 2, "CZK": 2, "DKK": 2,
+	"EUR": 2, "GBP": 2, "HKD": 2, "HUF": 2, "IDR": 2, "INR": 2, "ISK": 0, "JOD": 3,
+	"JPY": 0, "KRW": 0, "KWD": 3, "MXN": 2, "MYR": 2, "NOK": 2, "NZD": 2, "OMR": 3,
+	"PHP": 2, "PLN": 2, "SEK": 2, "SGD": 2, "THB": 2, "TND": 3, "TRY": 2, "TWD": 2,
+	"USD": 2, "VND": 0, "ZAR": 2,
+}
+
+// MinorDigits returns the number of decimals currency allows, and whether
+// Hourglass knows the currency.
+func MinorDigits(currency string) (int32, bool) {
+	d, ok := minorDigits[currency]
+	return d, ok
+}
+
+// FormatAmount writes amount with exactly the currency's minor digits.
+func FormatAmount(amount decimal.Decimal, currency string) string {
+	d, ok := minorDigits[currency]
+	if !ok {
+		return amount.String()
+	}
+	return amount.StringFixed(d)
+}
+
+// Rules are the configurable limits of a withdrawal request.
+type Rules struct {
+	// Currencies accepted, each known to MinorDigits.
+	Currencies []string
+	// MaxAmount is the largest amount accepted, in any currency.
+	MaxAmount decimal.Decimal
+	// DefaultDelay applies when a request names neither delay nor time.
+	DefaultDelay time.Duration
+	// MaxDelay is the longest delay accepted.
+	MaxDelay time.Duration
+}
+
+// Check reports a rule set that could not work.
+func (r Rules) Check() error {
+	if len(r.Currencies) == 0 {
+		return fmt.Errorf("withdrawal: no currency accepted")
+	}
+	for _, c := range r.Currencies {
+		if _, ok := minorDigits[c]; !ok {
+			return fmt.Errorf("withdrawal: unknown currency %q (known: %s)", c, strings.Join(knownCurrencies(), ","))
+		}
+	}
+	if !r.MaxAmount.IsPositive() {
+		return fmt.Errorf("withdrawal: maximum amount %s is not positive", r.MaxAmount)
+	}
+	if r.MaxDelay <= 0 || r.DefaultDelay < 0 || r.DefaultDelay > r.MaxDelay {
+		return fmt.Errorf("withdrawal: default delay %s must lie within 0..%s", r.DefaultDelay, r.MaxDelay)
+	}
+	return nil
+}
+
+func knownCurrencies() []string {
+	out := make([]string, 0, len(minorDigits))
+	for c := range minorDigits {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r Rules) accepts(currency string) bool {
+	for _, c := range r.Currencies {
+		if c == currency {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is a valid withdrawal request.
+type Request struct {
+	Amount      decimal.Decimal
+	Currency    string
+	Destination string
+	DueAt       time.Time
+	// Fingerprint identifies the request's content for idempotency: the same
+	// fields (whatever their JSON spelling) give the same fingerprint.
+	Fingerprint string
+}
+
+var (
+	amountRe      = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.([0-9]{1,18}))?$`)
+	destinationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+)
+
+var knownFields = map[string]bool{
+	"amount": true, "currency": true, "destination": true, "delay_seconds": true, "process_at": true,
+}
+
+// Parse decodes and validates a request body at now. It returns a
+// *ValidationError naming every broken rule.
+func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&raw); err != nil || raw == nil {
+		return Request{}, Invalid("body", "must be a JSON object")
+	}
+	if dec.More() {
+		return Request{}, Invalid("body", "must hold one JSON object and nothing after it")
+	}
+	verr := &ValidationError{}
+	var unknown []string
+	for k := range raw {
+		if !knownFields[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		verr.add(k, "unknown field")
+	}
+
+	var req Request
+	amount, amountOK := stringField(raw, "amount", verr)
+	currency, currencyOK := stringField(raw, "currency", verr)
+	var destinationOK bool
+	req.Destination, destinationOK = stringField(raw, "destination", verr)
+
+	if currencyOK {
+		if !r.accepts(currency) {
+			verr.add("currency", "must be one of %s", strings.Join(r.Currencies, ", "))
+			currencyOK = false
+		}
+		req.Currency = currency
+	}
+	if amountOK {
+		m := amountRe.FindStringSubmatch(amount)
+		switch {
+		case m == nil:
+			verr.add("amount", "must be a decimal string such as \"125.50\"")
+		default:
+			req.Amount = decimal.RequireFromString(amount)
+			switch {
+			case !req.Amount.IsPositive():
+				verr.add("amount", "must be greater than 0")
+			case req.Amount.GreaterThan(r.MaxAmount):
+				verr.add("amount", "must be at most %s", r.MaxAmount.String())
+			case currencyOK && int32(len(m[3])) > minorDigits[currency]:
+				verr.add("amount", "%s allows at most %d decimal places", currency, minorDigits[currency])
+			}
+		}
+	}
+	if destinationOK && !destinationRe.MatchString(req.Destination) {
+		verr.add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
+	}
+
+	when := r.parseDue(raw, now, verr)
+	if len(verr.Errors) > 0 {
+		return Request{}, verr
+	}
+	req.DueAt = when.due
+	req.Fingerprint = fingerprint(req, when.spelling)
+	return req, nil
+}
+
+// stringField reads a required string field; it records the error itself.
+func stringField(raw map[string]json.RawMessage, name string, verr *ValidationError) (string, bool) {
+	v, ok := raw[name]
+	if !ok {
+		verr.add(name, "is required")
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		verr.add(name, "must be a string")
+		return "", false
+	}
+	return s, true
+}
+
+type due struct {
+	due time.Time
+	// spelling is how the request named the time, for the fingerprint.
+	spelling string
+}
+
+func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *ValidationError) due {
+	delayRaw, hasDelay := raw["delay_seconds"]
+	atRaw, hasAt := raw["process_at"]
+	now = now.Truncate(time.Millisecond)
+	switch {
+	case hasDelay && hasAt:
+		verr.add("process_at", "give delay_seconds or process_at, not both")
+	case hasDelay:
+		var n json.Number
+		dec := json.NewDecoder(bytes.NewReader(delayRaw))
+		dec.UseNumber()
+		if err := dec.Decode(&n); err != nil {
+			verr.add("delay_seconds", "must be a whole number of seconds")
+			break
+		}
+		secs, err := n.Int64()
+		if err != nil {
+			verr.add("delay_seconds", "must be a whole number of seconds")
+			break
+		}
+		if secs < 0 || secs > int64(r.MaxDelay/time.Second) {
+			verr.add("delay_seconds", "must lie within 0..%d", int64(r.MaxDelay/time.Second))
+			break
+		}
+		return due{due: now.Add(time.Duration(secs) * time.Second), spelling: fmt.Sprintf("delay=%d", secs)}
+	case hasAt:
+		var s string
+		if err := json.Unmarshal(atRaw, &s); err != nil {
+			verr.add("process_at", "must be an RFC 3339 time string")
+			break
+		}
+		at, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			verr.add("process_at", "must be an RFC 3339 time such as \"2026-11-29T10:00:00.250Z\"")
+			break
+		}
+		at = at.UTC().Truncate(time.Millisecond)
+		if at.Before(now) {
+			verr.add("process_at", "must not be in the past")
+			break
+		}
+		if at.Sub(now) > r.MaxDelay {
+			verr.add("process_at", "must be at most %s ahead", r.MaxDelay)
+			break
+		}
+		return due{due: at, spelling: "at=" + clock.Format(at)}
+	default:
+		return due{due: now.Add(r.DefaultDelay), spelling: "default"}
+	}
+	return due{}
+}
+
+func fingerprint(r Request, dueSpelling string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "amount=%s\x00currency=%s\x00destination=%s\x00%s",
+		r.Amount.String(), r.Currency, r.Destination, dueSpelling)
+	return hex.EncodeToString(h.Sum(nil))
+}

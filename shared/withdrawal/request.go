@@ -235,15 +235,13 @@ func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *Val
 	case hasDelay && hasAt:
 		verr.add("process_at", "give delay_seconds or process_at, not both")
 	case hasDelay:
-		var n json.Number
+		var v any
 		dec := json.NewDecoder(bytes.NewReader(delayRaw))
 		dec.UseNumber()
-		if err := dec.Decode(&n); err != nil {
-			verr.add("delay_seconds", "must be a whole number of seconds")
-			break
-		}
+		_ = dec.Decode(&v)
+		n, isNumber := v.(json.Number)
 		secs, err := n.Int64()
-		if err != nil {
+		if !isNumber || err != nil {
 			verr.add("delay_seconds", "must be a whole number of seconds")
 			break
 		}

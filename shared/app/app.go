@@ -1,0 +1,238 @@
+// Package app composes Hourglass's parts from configuration, so that every
+// Lambda main and the local stack wire the very same code the same way.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/consumer"
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/finance"
+	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/ledger"
+	"github.com/hourglass/hourglass/shared/payout"
+	"github.com/hourglass/hourglass/shared/poller"
+	"github.com/hourglass/hourglass/shared/redisconn"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+// requestTimeout bounds one API request, so that a hung dependency answers
+// 503 rather than holding the caller.
+const requestTimeout = 5 * time.Second
+
+// NewLogger returns the JSON logger every process uses, and routes go-redis's
+// own messages through it.
+func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
+	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	redis.SetLogger(redisLogger{log})
+	return log
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
+
+// App holds the parts built once per process.
+type App struct {
+	Config      config.Config
+	Log         *slog.Logger
+	Clock       clock.Clock
+	Redis       redis.UniversalClient
+	Withdrawals *delayq.Queue
+	Ledger      *ledger.Redis
+	Service     *withdrawal.Service
+
+	scheduled atomic.Pointer[func(time.Time)]
+}
+
+// Connect returns the Redis client of cfg.RedisURL.
+func Connect(cfg config.Config) (redis.UniversalClient, error) {
+	if cfg.RedisURL == "" {
+		return nil, errors.New("app: REDIS_URL is not set")
+	}
+	return redisconn.New(string(cfg.RedisURL), redisconn.Options{})
+}
+
+// New builds the withdrawal parts on rdb.
+func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, error) {
+	q, err := delayq.New(rdb, delayq.Options{
+		Prefix: cfg.RedisPrefix, Name: withdrawal.QueueName, Kind: withdrawal.JobKind, Shards: cfg.QueueShards,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rules, err := cfg.WithdrawalRules()
+	if err != nil {
+		return nil, err
+	}
+	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q, Ledger: ledger.NewRedis(rdb, q)}
+	a.Service, err = withdrawal.NewService(withdrawal.Config{
+		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor,
+		OnScheduled: func(due time.Time) {
+			if f := a.scheduled.Load(); f != nil {
+				(*f)(due)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// OnScheduled sets what hears of every newly scheduled due time.
+func (a *App) OnScheduled(f func(time.Time)) { a.scheduled.Store(&f) }
+
+// Queues lists the delay queues the poller drains.
+func (a *App) Queues(context.Context) ([]*delayq.Queue, error) {
+	return []*delayq.Queue{a.Withdrawals}, nil
+}
+
+func (a *App) queue(name string) (*delayq.Queue, error) {
+	if name == a.Withdrawals.Name() {
+		return a.Withdrawals, nil
+	}
+	return nil, fmt.Errorf("app: no queue %q", name)
+}
+
+// Router returns the HTTP API: withdrawals, operator stats and health.
+func (a *App) Router() *httpapi.Router {
+	rt := httpapi.NewRouter(httpapi.Auth{
+		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken),
+	}, a.Log, requestTimeout)
+	httpapi.Withdrawals{Service: a.Service}.Register(rt)
+	httpapi.Ops{
+		Queues: a.Queues, Clock: a.Clock,
+		Ping: func(ctx context.Context) error { return redisconn.Ping(ctx, a.Redis) },
+	}.Register(rt)
+	return rt
+}
+
+// Provider returns the payout provider: the HTTP client of PAYOUT_URL, or,
+// where simulated is allowed (the local stack), a simulated one.
+func (a *App) Provider(simulated bool) (withdrawal.Provider, error) {
+	if a.Config.PayoutURL == "" {
+		if !simulated {
+			return nil, errors.New("app: PAYOUT_URL must be set")
+		}
+		a.Log.Warn("PAYOUT_URL is not set: payouts are simulated")
+		return payout.Simulated{Logger: a.Log}, nil
+	}
+	return payout.New(payout.Config{
+		URL: a.Config.PayoutURL, Secret: a.Config.PayoutSecret.Bytes(), Timeout: a.Config.PayoutTimeout, Clock: a.Clock,
+	})
+}
+
+// Notifier returns finance's channel: the SNS topic of FINANCE_TOPIC_ARN, the
+// webhook of FINANCE_WEBHOOK_URL, or, where logOK (the local stack), JSON
+// lines on out.
+func (a *App) Notifier(ctx context.Context, out io.Writer, logOK bool) (withdrawal.Notifier, error) {
+	switch {
+	case a.Config.FinanceTopicARN != "":
+		awsCfg, err := AWSConfig(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return finance.NewSNS(sns.NewFromConfig(awsCfg), a.Config.FinanceTopicARN)
+	case a.Config.FinanceWebhookURL != "":
+		return finance.NewWebhook(finance.WebhookConfig{
+			URL: a.Config.FinanceWebhookURL, Secret: a.Config.FinanceSecret.Bytes(), Clock: a.Clock,
+		})
+	case logOK:
+		return finance.NewLog(out), nil
+	}
+	return nil, errors.New("app: set FINANCE_TOPIC_ARN or FINANCE_WEBHOOK_URL: finance must receive every payout")
+}
+
+// Processor returns the payout step.
+func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdrawal.Processor, error) {
+	return withdrawal.NewProcessor(withdrawal.ProcessorConfig{
+		Ledger: a.Ledger, Provider: p, Notifier: n, Clock: a.Clock, Logger: a.Log,
+		MaxAttempts: a.Config.MaxAttempts, RetryBase: a.Config.RetryBase, RetryCap: a.Config.RetryCap,
+		// An attempt may be taken over once the provider call has surely
+		// ended: its timeout, plus room for the ledger writes around it.
+		AttemptTimeout: 2*a.Config.PayoutTimeout + 5*time.Second,
+	})
+}
+
+// Consumer returns the job-message handler. With ack (the local stand-in),
+// each finished job's lease is acked.
+func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
+	cfg := consumer.Config{
+		Jobs:   map[string]consumer.JobFunc{withdrawal.JobKind: consumer.Withdrawals(p)},
+		Logger: a.Log,
+	}
+	if ack {
+		cfg.Ack = a.Ack
+	}
+	return consumer.New(cfg)
+}
+
+// Ack finishes a job's lease.
+func (a *App) Ack(ctx context.Context, job delayq.Job) error {
+	q, err := a.queue(job.Queue)
+	if err != nil {
+		return err
+	}
+	_, err = q.Ack(ctx, job.Shard, job.Lease, job.ID)
+	return err
+}
+
+// Kill moves a job that kept failing to its queue's dead set.
+func (a *App) Kill(ctx context.Context, job delayq.Job) error {
+	q, err := a.queue(job.Queue)
+	if err != nil {
+		return err
+	}
+	return q.Kill(ctx, job.Shard, job.ID, job.Lease, a.Clock.Now())
+}
+
+// Poller returns the poller over d. With ack, the poller acks what d accepts
+// (SQS); without, the consumer acks (the local stand-in).
+func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
+	return poller.New(poller.Config{
+		Queues: a.Queues, Dispatcher: d, Clock: a.Clock, Logger: a.Log,
+		Batch: a.Config.ClaimBatch, Lease: a.Config.Lease, Interval: a.Config.PollInterval, Ack: ack,
+		Tasks: []poller.Task{{
+			Name: "purge-idempotency-keys", Every: time.Minute,
+			Run: func(ctx context.Context, now time.Time) error {
+				n, err := a.Ledger.PurgeExpiredKeys(ctx, now)
+				if n > 0 {
+					a.Log.Info("expired idempotency keys purged", "keys", n)
+				}
+				return err
+			},
+		}},
+	})
+}
+
+// AWSConfig loads the AWS SDK configuration of the Lambda environment.
+func AWSConfig(ctx context.Context) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("app: AWS configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Fatal logs err and exits: the one way a main reports a broken cold start.
+func Fatal(log *slog.Logger, msg string, err error) {
+	log.Error(msg, "error", err.Error())
+	os.Exit(1)
+}

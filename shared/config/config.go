@@ -1,0 +1,211 @@
+// Package config reads Hourglass's settings from the environment once, at cold
+// start, checks them, and fails with a message naming the variable at fault.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+// Secret is a string that never prints: logs and errors show "[redacted]".
+type Secret string
+
+func (s Secret) String() string { return "[redacted]" }
+
+// LogValue keeps the secret out of structured logs.
+func (s Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// Bytes returns the secret's value.
+func (s Secret) Bytes() []byte { return []byte(s) }
+
+// Config is every setting of SPEC.md "Local stack" and the AWS wiring; each
+// function reads the ones it needs.
+type Config struct {
+	Addr        string `env:"HOURGLASS_ADDR" envDefault:"127.0.0.1:8080"`
+	RedisURL    Secret `env:"REDIS_URL"`
+	RedisPrefix string `env:"HOURGLASS_REDIS_PREFIX" envDefault:"hg:"`
+	Auth        string `env:"HOURGLASS_AUTH" envDefault:"dev"`
+	AdminToken  Secret `env:"HOURGLASS_ADMIN_TOKEN" envDefault:"dev-admin"`
+	LogLevel    string `env:"HOURGLASS_LOG_LEVEL" envDefault:"info"`
+
+	PayoutURL     string        `env:"PAYOUT_URL"`
+	PayoutSecret  Secret        `env:"PAYOUT_SIGNING_SECRET" envDefault:"dev-secret"`
+	PayoutTimeout time.Duration `env:"PAYOUT_TIMEOUT" envDefault:"10s"`
+
+	FinanceWebhookURL string `env:"FINANCE_WEBHOOK_URL"`
+	FinanceSecret     Secret `env:"FINANCE_SIGNING_SECRET" envDefault:"dev-finance-secret"`
+	FinanceTopicARN   string `env:"FINANCE_TOPIC_ARN"`
+
+	// WorkQueueURL is the SQS queue the poller sends due jobs to (AWS).
+	WorkQueueURL string `env:"WORK_QUEUE_URL"`
+
+	PollInterval      time.Duration `env:"HOURGLASS_POLL_INTERVAL" envDefault:"1s"`
+	DefaultDelay      time.Duration `env:"HOURGLASS_DEFAULT_DELAY" envDefault:"30m"`
+	MaxDelay          time.Duration `env:"HOURGLASS_MAX_DELAY" envDefault:"720h"`
+	RetryBase         time.Duration `env:"HOURGLASS_RETRY_BASE" envDefault:"30s"`
+	RetryCap          time.Duration `env:"HOURGLASS_RETRY_CAP" envDefault:"30m"`
+	MaxAttempts       int           `env:"HOURGLASS_MAX_ATTEMPTS" envDefault:"8"`
+	Lease             time.Duration `env:"HOURGLASS_LEASE" envDefault:"30s"`
+	ReconcileInterval time.Duration `env:"HOURGLASS_RECONCILE_INTERVAL" envDefault:"2m"`
+	QueueShards       int           `env:"HOURGLASS_QUEUE_SHARDS" envDefault:"1"`
+	ClaimBatch        int           `env:"HOURGLASS_CLAIM_BATCH" envDefault:"500"`
+	// PollerMargin is how long before its Lambda deadline the poller stops.
+	PollerMargin time.Duration `env:"HOURGLASS_POLLER_MARGIN" envDefault:"5s"`
+	// Visibility is how long the local work-queue stand-in hides a message
+	// that failed before delivering it again.
+	Visibility time.Duration `env:"HOURGLASS_VISIBILITY_TIMEOUT" envDefault:"5s"`
+	// MaxReceives is how often the local stand-in delivers a failing message
+	// before it moves the job to the dead set (SQS's maxReceiveCount).
+	MaxReceives int `env:"HOURGLASS_MAX_RECEIVES" envDefault:"10"`
+
+	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
+	Currencies []string `env:"HOURGLASS_CURRENCIES" envDefault:"CNY,USD,EUR,JPY" envSeparator:","`
+}
+
+// Profile picks the defaults that differ between the local stack and Lambda.
+type Profile int
+
+// Profiles.
+const (
+	Local Profile = iota
+	Lambda
+)
+
+// Load reads and checks the configuration. In the Lambda profile the identity
+// defaults to JWT: a function deployed without HOURGLASS_AUTH must not trust
+// X-User-Id headers.
+func Load(p Profile) (Config, error) {
+	var c Config
+	if err := env.Parse(&c); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if _, set := os.LookupEnv("HOURGLASS_AUTH"); !set && p == Lambda {
+		c.Auth = "jwt"
+	}
+	for i, cur := range c.Currencies {
+		c.Currencies[i] = strings.TrimSpace(cur)
+	}
+	if err := c.Check(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Check reports every setting that cannot work.
+func (c Config) Check() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	if c.Auth != "dev" && c.Auth != "jwt" {
+		bad("HOURGLASS_AUTH", "%q is neither dev nor jwt", c.Auth)
+	}
+	if c.Auth == "dev" && c.AdminToken == "" {
+		bad("HOURGLASS_ADMIN_TOKEN", "must be set in dev auth mode")
+	}
+	if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, "{}") {
+		bad("HOURGLASS_REDIS_PREFIX", "must be non-empty and hold no braces (they make hash tags)")
+	}
+	if _, err := slogLevel(c.LogLevel); err != nil {
+		bad("HOURGLASS_LOG_LEVEL", "%v", err)
+	}
+	for name, d := range map[string]time.Duration{
+		"PAYOUT_TIMEOUT": c.PayoutTimeout, "HOURGLASS_POLL_INTERVAL": c.PollInterval,
+		"HOURGLASS_MAX_DELAY": c.MaxDelay, "HOURGLASS_RETRY_BASE": c.RetryBase, "HOURGLASS_RETRY_CAP": c.RetryCap,
+		"HOURGLASS_LEASE": c.Lease, "HOURGLASS_RECONCILE_INTERVAL": c.ReconcileInterval,
+		"HOURGLASS_VISIBILITY_TIMEOUT": c.Visibility,
+	} {
+		if d <= 0 {
+			bad(name, "must be a positive duration, got %s", d)
+		}
+	}
+	if c.DefaultDelay < 0 || c.DefaultDelay > c.MaxDelay {
+		bad("HOURGLASS_DEFAULT_DELAY", "must lie within 0..HOURGLASS_MAX_DELAY (%s)", c.MaxDelay)
+	}
+	if c.RetryCap < c.RetryBase {
+		bad("HOURGLASS_RETRY_CAP", "must be at least HOURGLASS_RETRY_BASE (%s)", c.RetryBase)
+	}
+	if c.PollerMargin < 0 {
+		bad("HOURGLASS_POLLER_MARGIN", "must not be negative")
+	}
+	if c.MaxAttempts < 1 {
+		bad("HOURGLASS_MAX_ATTEMPTS", "must be at least 1")
+	}
+	if c.MaxReceives < 1 {
+		bad("HOURGLASS_MAX_RECEIVES", "must be at least 1")
+	}
+	if c.QueueShards < 1 || c.QueueShards > 1024 {
+		bad("HOURGLASS_QUEUE_SHARDS", "must lie within 1..1024")
+	}
+	if c.ClaimBatch < 1 || c.ClaimBatch > 1000 {
+		bad("HOURGLASS_CLAIM_BATCH", "must lie within 1..1000")
+	}
+	if _, err := c.WithdrawalRules(); err != nil {
+		bad("HOURGLASS_CURRENCIES/HOURGLASS_MAX_AMOUNT", "%v", err)
+	}
+	for name, u := range map[string]string{"PAYOUT_URL": c.PayoutURL, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL} {
+		if u == "" {
+			continue
+		}
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad(name, "must be an http(s) URL")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WithdrawalRules returns the validation rules of withdrawal requests.
+func (c Config) WithdrawalRules() (withdrawal.Rules, error) {
+	max, err := decimal.NewFromString(c.MaxAmount)
+	if err != nil {
+		return withdrawal.Rules{}, fmt.Errorf("maximum amount %q is not a decimal", c.MaxAmount)
+	}
+	r := withdrawal.Rules{Currencies: c.Currencies, MaxAmount: max, DefaultDelay: c.DefaultDelay, MaxDelay: c.MaxDelay}
+	if err := r.Check(); err != nil {
+		return withdrawal.Rules{}, err
+	}
+	return r, nil
+}
+
+// SlogLevel is the configured log level.
+func (c Config) SlogLevel() slog.Level {
+	l, _ := slogLevel(c.LogLevel)
+	return l
+}
+
+func slogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// Require reports the named settings that are empty; functions call it for
+// what they cannot run without (the poller's WORK_QUEUE_URL, say).
+func (c Config) Require(names ...string) error {
+	values := map[string]string{
+		"REDIS_URL": string(c.RedisURL), "PAYOUT_URL": c.PayoutURL, "WORK_QUEUE_URL": c.WorkQueueURL,
+		"FINANCE_TOPIC_ARN": c.FinanceTopicARN, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL,
+	}
+	var errs []error
+	for _, n := range names {
+		v, known := values[n]
+		if !known {
+			errs = append(errs, fmt.Errorf("config: %s is not a setting Require knows", n))
+		} else if v == "" {
+			errs = append(errs, fmt.Errorf("config: %s must be set", n))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,108 @@
+// Package consumer is the work-queue side: it takes a batch of job messages
+// (an SQS event, or the local stand-in's imitation of one), runs each job by
+// its kind, and reports the messages to deliver again.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/dispatch"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+// JobFunc runs one job. nil means done with; an error means deliver again.
+type JobFunc func(ctx context.Context, job delayq.Job) error
+
+// Acker finishes a job's lease once it is done with (the local stand-in; in
+// AWS the poller acks when SQS accepts the message).
+type Acker func(ctx context.Context, job delayq.Job) error
+
+// Config configures a Handler.
+type Config struct {
+	// Jobs maps a job kind to the function that runs it.
+	Jobs   map[string]JobFunc
+	Ack    Acker
+	Logger *slog.Logger
+}
+
+// Handler handles batches of job messages.
+type Handler struct {
+	cfg Config
+}
+
+// New returns a Handler.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Handler{cfg: cfg}
+}
+
+// Handle runs every message of the batch concurrently and reports the ones
+// that failed, so that only they are delivered again (ReportBatchItemFailures).
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		resp = events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+	)
+	for _, m := range ev.Records {
+		wg.Go(func() {
+			if err := h.one(ctx, m); err != nil {
+				mu.Lock()
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
+	log := h.cfg.Logger.With("message_id", m.MessageId)
+	job, err := dispatch.DecodeJob(m.Body)
+	if err != nil {
+		log.Error("undecodable job message", "error", err.Error())
+		return err
+	}
+	log = log.With("kind", job.Kind, "queue", job.Queue, "shard", job.Shard, "job_id", job.ID)
+	run, ok := h.cfg.Jobs[job.Kind]
+	if !ok {
+		log.Error("no handler for job kind")
+		return fmt.Errorf("consumer: unknown job kind %q", job.Kind)
+	}
+	if err := run(ctx, job); err != nil {
+		if errors.Is(err, withdrawal.ErrBusy) {
+			log.Info("job busy elsewhere, delivering again later")
+		} else {
+			log.Error("job failed, delivering again later", "error", err.Error())
+		}
+		return err
+	}
+	if h.cfg.Ack != nil && job.Lease != 0 {
+		if err := h.cfg.Ack(ctx, job); err != nil {
+			// The job is done; its lease will expire and the duplicate delivery
+			// that follows finds it done.
+			log.Warn("ack failed", "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// Withdrawals returns the JobFunc of withdrawal payout jobs.
+func Withdrawals(p *withdrawal.Processor) JobFunc {
+	return func(ctx context.Context, job delayq.Job) error {
+		if job.Queue != withdrawal.QueueName {
+			return fmt.Errorf("consumer: payout job from queue %q", job.Queue)
+		}
+		return p.Process(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID})
+	}
+}

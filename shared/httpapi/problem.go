@@ -1,0 +1,133 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/redis/go-redis/v9"
+)
+
+// FieldError names one rule a request broke.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is an RFC 9457 problem detail. Code is the stable word the app
+// switches on; the other fields are for people.
+type Problem struct {
+	Status int
+	Code   string
+	Detail string
+	Errors []FieldError
+	// RetryAfter, in seconds, is sent as the Retry-After header when set.
+	RetryAfter int
+	// Allow is sent as the Allow header (405).
+	Allow string
+}
+
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// Stable problem codes (SPEC.md "HTTP API").
+const (
+	CodeValidationFailed     = "validation_failed"
+	CodePayloadTooLarge      = "payload_too_large"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeUnauthenticated      = "unauthenticated"
+	CodeForbidden            = "forbidden"
+	CodeNotFound             = "not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeIdempotencyConflict  = "idempotency_conflict"
+	CodeIdempotencyInFlight  = "idempotency_in_flight"
+	CodeNotCancellable       = "not_cancellable"
+	CodeRateLimited          = "rate_limited"
+	CodeUnavailable          = "unavailable"
+	CodeInternal             = "internal"
+)
+
+var titles = map[string]string{
+	CodeValidationFailed:     "The request is not valid",
+	CodePayloadTooLarge:      "The request body is too large",
+	CodeUnsupportedMediaType: "The request body must be application/json",
+	CodeUnauthenticated:      "Authentication is required",
+	CodeForbidden:            "Not allowed",
+	CodeNotFound:             "Not found",
+	CodeMethodNotAllowed:     "Method not allowed",
+	CodeIdempotencyConflict:  "Idempotency key reused with another request",
+	CodeIdempotencyInFlight:  "A request with this idempotency key is in progress",
+	CodeNotCancellable:       "The withdrawal can no longer be cancelled",
+	CodeRateLimited:          "Too many requests",
+	CodeUnavailable:          "Service temporarily unavailable",
+	CodeInternal:             "Internal error",
+}
+
+// Title returns the human title of a problem code.
+func Title(code string) string {
+	if t, ok := titles[code]; ok {
+		return t
+	}
+	return code
+}
+
+// NewProblem returns a problem without field errors.
+func NewProblem(status int, code, detail string) *Problem {
+	return &Problem{Status: status, Code: code, Detail: detail}
+}
+
+type problemBody struct {
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Detail string       `json:"detail"`
+	Code   string       `json:"code"`
+	Errors []FieldError `json:"errors"`
+}
+
+// response renders p as application/problem+json.
+func (p *Problem) response() events.APIGatewayV2HTTPResponse {
+	errs := p.Errors
+	if errs == nil {
+		errs = []FieldError{}
+	}
+	body, _ := json.Marshal(problemBody{
+		Type:   "urn:hourglass:problem:" + p.Code,
+		Title:  Title(p.Code),
+		Status: p.Status,
+		Detail: p.Detail,
+		Code:   p.Code,
+		Errors: errs,
+	})
+	h := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
+	if p.RetryAfter > 0 {
+		h["Retry-After"] = strconv.Itoa(p.RetryAfter)
+	}
+	if p.Allow != "" {
+		h["Allow"] = p.Allow
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: p.Status, Headers: h, Body: string(body)}
+}
+
+// Unavailable reports whether err means a dependency (Redis) is down or
+// overloaded rather than a bug: the caller should retry later.
+func Unavailable(err error) bool {
+	for _, target := range []error{
+		context.DeadlineExceeded, redis.ErrPoolTimeout, redis.ErrClosed, io.EOF, io.ErrUnexpectedEOF,
+		syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err)
+}

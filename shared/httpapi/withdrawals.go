@@ -1,0 +1,107 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+// Withdrawals serves /v1/withdrawals*.
+type Withdrawals struct {
+	Service *withdrawal.Service
+}
+
+// Register adds the withdrawal routes and their error mapping to rt.
+func (h Withdrawals) Register(rt *Router) {
+	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, h.create)
+	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, h.list)
+	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, h.get)
+	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, h.cancel)
+	rt.MapErrors(withdrawalProblem)
+}
+
+func (h Withdrawals) create(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	c, err := h.Service.Create(ctx, r.UserID, r.Header("Idempotency-Key"), r.Body)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	resp := RawJSON(http.StatusAccepted, c.Body)
+	resp.Headers["Location"] = "/v1/withdrawals/" + c.ID
+	if c.Replayed {
+		resp.Headers["Idempotent-Replayed"] = "true"
+	}
+	return resp, nil
+}
+
+func (h Withdrawals) get(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	w, err := h.Service.Get(ctx, r.UserID, r.Params["id"])
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusOK, w.View())
+}
+
+type listBody struct {
+	Items      []withdrawal.View `json:"items"`
+	NextCursor string            `json:"next_cursor,omitempty"`
+}
+
+func (h Withdrawals) list(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	limit := withdrawal.DefaultPageSize
+	if s, ok := r.Event.QueryStringParameters["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return events.APIGatewayV2HTTPResponse{}, withdrawal.Invalid("limit", "must be a whole number within 1..%d", withdrawal.MaxPageSize)
+		}
+		limit = n
+	}
+	page, err := h.Service.List(ctx, r.UserID, limit, r.Query("cursor"))
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	body := listBody{Items: make([]withdrawal.View, len(page.Items)), NextCursor: page.Next}
+	for i, w := range page.Items {
+		body.Items[i] = w.View()
+	}
+	return JSON(http.StatusOK, body)
+}
+
+func (h Withdrawals) cancel(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	w, err := h.Service.Cancel(ctx, r.UserID, r.Params["id"])
+	if errors.Is(err, withdrawal.ErrNotCancellable) {
+		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusConflict, CodeNotCancellable,
+			"the withdrawal is "+string(w.Status)+" and can no longer be cancelled")
+	}
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusOK, w.View())
+}
+
+func withdrawalProblem(err error) *Problem {
+	var verr *withdrawal.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		p := NewProblem(http.StatusBadRequest, CodeValidationFailed, "the request breaks the rules listed in errors")
+		for _, f := range verr.Errors {
+			p.Errors = append(p.Errors, FieldError{Field: f.Field, Message: f.Message})
+		}
+		return p
+	case errors.Is(err, withdrawal.ErrNotFound):
+		return NewProblem(http.StatusNotFound, CodeNotFound, "no such withdrawal")
+	case errors.Is(err, withdrawal.ErrIdempotencyConflict):
+		return NewProblem(http.StatusUnprocessableEntity, CodeIdempotencyConflict,
+			"this Idempotency-Key was used with a different request body")
+	case errors.Is(err, withdrawal.ErrIdempotencyInFlight):
+		p := NewProblem(http.StatusConflict, CodeIdempotencyInFlight,
+			"the first request with this Idempotency-Key is still being processed; retry shortly")
+		p.RetryAfter = 1
+		return p
+	}
+	return nil
+}

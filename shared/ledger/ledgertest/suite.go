@@ -1,0 +1,410 @@
+// Package ledgertest is the conformance suite every withdrawal ledger backend
+// must pass: the same cases, run over each backend.
+package ledgertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+// Backend is a fresh, empty ledger and the withdrawal queue it schedules on.
+type Backend struct {
+	Ledger withdrawal.Ledger
+	Queue  *delayq.Queue
+}
+
+// T0 is the suite's "now".
+var T0 = time.Date(2026, 11, 29, 10, 0, 0, 250_000_000, time.UTC)
+
+// Run runs every case against backends made by newBackend.
+func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, b Backend)
+	}{
+		{"IdempotencyKeyLifecycle", testKeyLifecycle},
+		{"UnfinishedReservationIsTakenOverAfterItsLock", testTakeover},
+		{"CreateNeedsItsReservation", testCreateNeedsReservation},
+		{"ReadsAreScopedToTheOwner", testOwnerScope},
+		{"ListIsNewestFirstAndPages", testList},
+		{"CancelOnlyBeforeThePayoutStep", testCancel},
+		{"PayoutAttemptLifecycle", testAttempts},
+		{"RetryReschedules", testRetry},
+		{"ConcurrentBeginsAdmitOneAttempt", testConcurrentBegin},
+		{"CancelRacingBeginHasOneWinner", testCancelRace},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
+	}
+}
+
+// NewWithdrawal returns a scheduled withdrawal of user due at due.
+func NewWithdrawal(q *delayq.Queue, user string, due time.Time) withdrawal.Withdrawal {
+	return withdrawal.Withdrawal{
+		ID: withdrawal.NewID(T0), UserID: user, Shard: q.ShardFor(user), Status: withdrawal.Scheduled,
+		Amount: decimal.RequireFromString("125.50"), Currency: "CNY", Destination: "bank_6222",
+		DueAt: due, CreatedAt: T0, UpdatedAt: T0,
+	}
+}
+
+// Create reserves a key for w and creates it, failing the test on error.
+func Create(t *testing.T, l withdrawal.Ledger, w withdrawal.Withdrawal) {
+	t.Helper()
+	ctx := context.Background()
+	key := withdrawal.IdemKey{UserID: w.UserID, Key: "k-" + w.ID, Shard: w.Shard}
+	st, err := l.Reserve(ctx, reservation(key, "fp", w.ID, T0))
+	if err != nil || st.Phase != withdrawal.KeyAcquired {
+		t.Fatalf("reserve: %+v %v", st, err)
+	}
+	if err := l.Create(ctx, w, key, []byte(`{"id":"`+w.ID+`"}`)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+}
+
+func reservation(key withdrawal.IdemKey, fp, id string, now time.Time) withdrawal.Reservation {
+	return withdrawal.Reservation{
+		Key: key, Fingerprint: fp, ID: id, Now: now,
+		LockUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour),
+	}
+}
+
+func due(t *testing.T, q *delayq.Queue) []string {
+	t.Helper()
+	var ids []string
+	for n := range q.Shards() {
+		c, err := q.Claim(context.Background(), n, T0.Add(365*24*time.Hour), time.Minute, delayq.MaxBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range c.Jobs {
+			ids = append(ids, j.ID)
+		}
+	}
+	return ids
+}
+
+func testKeyLifecycle(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(time.Minute))
+	key := withdrawal.IdemKey{UserID: "alice", Key: "key-1", Shard: w.Shard}
+	st, err := b.Ledger.Reserve(ctx, reservation(key, "fp1", w.ID, T0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(withdrawal.KeyState{Phase: withdrawal.KeyAcquired, Fingerprint: "fp1", ID: w.ID}, st); diff != "" {
+		t.Fatalf("fresh key (-want +got):\n%s", diff)
+	}
+	// While the first request runs, the key is in flight for anybody else.
+	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp1", "wd_other", T0.Add(time.Second)))
+	if err != nil || st.Phase != withdrawal.KeyInFlight || st.ID != w.ID {
+		t.Fatalf("second reserve while in flight: %+v %v", st, err)
+	}
+	if err := b.Ledger.Create(ctx, w, key, []byte(`{"first":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp2", "wd_other", T0.Add(2*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := withdrawal.KeyState{Phase: withdrawal.KeyCompleted, Fingerprint: "fp1", ID: w.ID, Response: []byte(`{"first":true}`)}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Fatalf("completed key (-want +got):\n%s", diff)
+	}
+	// The same key of another user is another key.
+	other := withdrawal.IdemKey{UserID: "bob", Key: "key-1", Shard: b.Queue.ShardFor("bob")}
+	st, err = b.Ledger.Reserve(ctx, reservation(other, "fp1", "wd_bob", T0))
+	if err != nil || st.Phase != withdrawal.KeyAcquired || st.ID != "wd_bob" {
+		t.Fatalf("other user's key: %+v %v", st, err)
+	}
+	// After its retention the key is forgotten and free again.
+	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp3", "wd_new", T0.Add(24*time.Hour+time.Second)))
+	if err != nil || st.Phase != withdrawal.KeyAcquired || st.ID != "wd_new" {
+		t.Fatalf("expired key: %+v %v", st, err)
+	}
+	// Release frees a reservation that was never completed.
+	if err := b.Ledger.Release(ctx, key, "wd_new"); err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp4", "wd_newer", T0.Add(24*time.Hour+2*time.Second)))
+	if err != nil || st.Phase != withdrawal.KeyAcquired || st.ID != "wd_newer" {
+		t.Fatalf("released key: %+v %v", st, err)
+	}
+}
+
+func testTakeover(t *testing.T, b Backend) {
+	ctx := context.Background()
+	key := withdrawal.IdemKey{UserID: "alice", Key: "k", Shard: b.Queue.ShardFor("alice")}
+	if _, err := b.Ledger.Reserve(ctx, reservation(key, "fp", "wd_first", T0)); err != nil {
+		t.Fatal(err)
+	}
+	// The first request died. Past its lock, another body still conflicts...
+	st, err := b.Ledger.Reserve(ctx, reservation(key, "other", "wd_second", T0.Add(31*time.Second)))
+	if err != nil || st.Phase != withdrawal.KeyInFlight || st.Fingerprint != "fp" {
+		t.Fatalf("takeover with another body: %+v %v", st, err)
+	}
+	// ...while the same body takes over and creates the SAME withdrawal id, so
+	// a create that did land before the crash is never doubled.
+	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp", "wd_second", T0.Add(31*time.Second)))
+	if err != nil || st.Phase != withdrawal.KeyAcquired || st.ID != "wd_first" {
+		t.Fatalf("takeover with the same body: %+v %v", st, err)
+	}
+}
+
+func testCreateNeedsReservation(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	key := withdrawal.IdemKey{UserID: "alice", Key: "never-reserved", Shard: w.Shard}
+	if err := b.Ledger.Create(ctx, w, key, nil); !errors.Is(err, withdrawal.ErrReservationLost) {
+		t.Fatalf("create without reservation: %v", err)
+	}
+	if _, err := b.Ledger.Get(ctx, "alice", w.ID); !errors.Is(err, withdrawal.ErrNotFound) {
+		t.Fatalf("refused create left a record: %v", err)
+	}
+	if got := due(t, b.Queue); len(got) != 0 {
+		t.Fatalf("refused create scheduled %v", got)
+	}
+	Create(t, b.Ledger, w)
+	key2 := withdrawal.IdemKey{UserID: "alice", Key: "k2", Shard: w.Shard}
+	if _, err := b.Ledger.Reserve(ctx, reservation(key2, "fp", w.ID, T0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ledger.Create(ctx, w, key2, nil); !errors.Is(err, withdrawal.ErrExists) {
+		t.Fatalf("second create of one id: %v", err)
+	}
+}
+
+func testOwnerScope(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(time.Minute))
+	Create(t, b.Ledger, w)
+	got, err := b.Ledger.Get(ctx, "alice", w.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(w, got, cmp.Comparer(func(a, b decimal.Decimal) bool { return a.Equal(b) })); diff != "" {
+		t.Fatalf("record (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct{ user, id string }{{"bob", w.ID}, {"alice", withdrawal.NewID(T0)}} {
+		if _, err := b.Ledger.Get(ctx, tc.user, tc.id); !errors.Is(err, withdrawal.ErrNotFound) {
+			t.Errorf("Get(%s, %s) = %v, want ErrNotFound", tc.user, tc.id, err)
+		}
+		if _, err := b.Ledger.Cancel(ctx, tc.user, tc.id, T0); !errors.Is(err, withdrawal.ErrNotFound) {
+			t.Errorf("Cancel(%s, %s) = %v, want ErrNotFound", tc.user, tc.id, err)
+		}
+	}
+	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); got.Status != withdrawal.Scheduled {
+		t.Fatalf("someone else's cancel changed the record: %s", got.Status)
+	}
+}
+
+func testList(t *testing.T, b Backend) {
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		w := NewWithdrawal(b.Queue, "alice", T0.Add(time.Hour))
+		w.ID = withdrawal.NewID(T0.Add(time.Duration(i) * time.Millisecond))
+		Create(t, b.Ledger, w)
+		ids = append([]string{w.ID}, ids...) // newest first
+	}
+	Create(t, b.Ledger, NewWithdrawal(b.Queue, "bob", T0))
+	var got []string
+	after := ""
+	for {
+		page, err := b.Ledger.List(ctx, "alice", 2, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range page {
+			got = append(got, w.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if diff := cmp.Diff(ids, got); diff != "" {
+		t.Fatalf("pages (-want +got):\n%s", diff)
+	}
+	if page, err := b.Ledger.List(ctx, "carol", 10, ""); err != nil || len(page) != 0 {
+		t.Fatalf("a user with no withdrawals: %v %v", page, err)
+	}
+}
+
+func testCancel(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(time.Minute))
+	Create(t, b.Ledger, w)
+	got, err := b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(time.Second))
+	if err != nil || got.Status != withdrawal.Cancelled || !got.UpdatedAt.Equal(T0.Add(time.Second)) {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	if ids := due(t, b.Queue); len(ids) != 0 {
+		t.Fatalf("cancelled withdrawal still scheduled: %v", ids)
+	}
+	if got, err := b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(2*time.Second)); err != nil || got.Status != withdrawal.Cancelled {
+		t.Fatalf("second cancel: %+v %v", got, err)
+	}
+	if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0.Add(time.Hour), T0.Add(2*time.Hour)); err != nil || start != withdrawal.StartFinal {
+		t.Fatalf("begin on cancelled: %v %v", start, err)
+	}
+
+	w2 := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w2)
+	if _, start, err := b.Ledger.Begin(ctx, w2.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v %v", start, err)
+	}
+	got, err = b.Ledger.Cancel(ctx, "alice", w2.ID, T0)
+	if !errors.Is(err, withdrawal.ErrNotCancellable) || got.Status != withdrawal.Processing {
+		t.Fatalf("cancel while processing: %+v %v", got, err)
+	}
+}
+
+func testAttempts(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(10*time.Second))
+	Create(t, b.Ledger, w)
+	ref := w.Ref()
+	if _, start, err := b.Ledger.Begin(ctx, ref, T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartNotDue {
+		t.Fatalf("begin before due: %v %v", start, err)
+	}
+	got, start, err := b.Ledger.Begin(ctx, ref, T0.Add(10*time.Second), T0.Add(40*time.Second))
+	if err != nil || start != withdrawal.StartAttempt || got.Attempts != 1 || got.Status != withdrawal.Processing {
+		t.Fatalf("begin when due: %+v %v %v", got, start, err)
+	}
+	if _, start, _ := b.Ledger.Begin(ctx, ref, T0.Add(20*time.Second), T0.Add(50*time.Second)); start != withdrawal.StartBusy {
+		t.Fatalf("second begin within the attempt: %v", start)
+	}
+	// The first consumer died; past the attempt's deadline another takes over.
+	got, start, err = b.Ledger.Begin(ctx, ref, T0.Add(40*time.Second), T0.Add(70*time.Second))
+	if err != nil || start != withdrawal.StartAttempt || got.Attempts != 2 {
+		t.Fatalf("takeover: %+v %v %v", got, start, err)
+	}
+	if _, err := b.Ledger.Finish(ctx, ref, 1, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "late", At: T0}); !errors.Is(err, withdrawal.ErrStale) {
+		t.Fatalf("stale finish: %v", err)
+	}
+	got, err = b.Ledger.Finish(ctx, ref, 2, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po_1", At: T0.Add(41 * time.Second)})
+	if err != nil || got.Status != withdrawal.Paid || got.PayoutID != "po_1" || !got.ProcessedAt.Equal(T0.Add(41*time.Second)) || got.Notified {
+		t.Fatalf("finish: %+v %v", got, err)
+	}
+	if _, err := b.Ledger.Finish(ctx, ref, 2, withdrawal.Result{Status: withdrawal.Failed, At: T0}); !errors.Is(err, withdrawal.ErrStale) {
+		t.Fatalf("finish twice: %v", err)
+	}
+	got, start, err = b.Ledger.Begin(ctx, ref, T0.Add(time.Hour), T0.Add(2*time.Hour))
+	if err != nil || start != withdrawal.StartFinal || got.Status != withdrawal.Paid {
+		t.Fatalf("begin after paid: %+v %v %v", got, start, err)
+	}
+	if err := b.Ledger.MarkNotified(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); !got.Notified || got.Attempts != 2 {
+		t.Fatalf("after notify: %+v", got)
+	}
+	if _, _, err := b.Ledger.Begin(ctx, withdrawal.Ref{Shard: ref.Shard, ID: withdrawal.NewID(T0)}, T0, T0); !errors.Is(err, withdrawal.ErrNotFound) {
+		t.Fatalf("begin of an unknown id: %v", err)
+	}
+}
+
+func testRetry(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	c, err := b.Queue.Claim(ctx, w.Shard, T0, time.Minute, 10)
+	if err != nil || len(c.Jobs) != 1 {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v %v", start, err)
+	}
+	at := T0.Add(45 * time.Second)
+	got, err := b.Ledger.Retry(ctx, w.Ref(), 1, at, T0.Add(time.Second), "provider answered 500")
+	if err != nil || got.Status != withdrawal.Retrying || !got.DueAt.Equal(at) || got.LastError != "provider answered 500" {
+		t.Fatalf("retry: %+v %v", got, err)
+	}
+	st, err := b.Queue.Stats(ctx, T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Due != 1 || st.Inflight != 0 {
+		t.Fatalf("after retry the job must be scheduled and out of its lease: %+v", st)
+	}
+	next, ok, err := b.Queue.NextDue(ctx, w.Shard)
+	if err != nil || !ok || !next.Equal(at) {
+		t.Fatalf("next due %v %v %v, want %v", next, ok, err, at)
+	}
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), 1, at, T0, "again"); !errors.Is(err, withdrawal.ErrStale) {
+		t.Fatalf("retry of a retrying record: %v", err)
+	}
+	if _, start, _ := b.Ledger.Begin(ctx, w.Ref(), T0.Add(10*time.Second), T0.Add(time.Minute)); start != withdrawal.StartNotDue {
+		t.Fatalf("begin before the retry is due: %v", start)
+	}
+	got, err = b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(20*time.Second))
+	if err != nil || got.Status != withdrawal.Cancelled {
+		t.Fatalf("cancel while retrying: %+v %v", got, err)
+	}
+}
+
+func testConcurrentBegin(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	const n = 16
+	starts := make(chan withdrawal.Start, n)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-release
+			_, s, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			starts <- s
+		})
+	}
+	close(release)
+	wg.Wait()
+	close(starts)
+	count := map[withdrawal.Start]int{}
+	for s := range starts {
+		count[s]++
+	}
+	if count[withdrawal.StartAttempt] != 1 || count[withdrawal.StartBusy] != n-1 {
+		t.Fatalf("outcomes %v, want one attempt and %d busy", count, n-1)
+	}
+}
+
+func testCancelRace(t *testing.T, b Backend) {
+	ctx := context.Background()
+	for i := range 50 {
+		w := NewWithdrawal(b.Queue, fmt.Sprintf("user-%d", i), T0)
+		Create(t, b.Ledger, w)
+		release := make(chan struct{})
+		var (
+			wg        sync.WaitGroup
+			cancelErr error
+			start     withdrawal.Start
+		)
+		wg.Go(func() { <-release; _, cancelErr = b.Ledger.Cancel(ctx, w.UserID, w.ID, T0) })
+		wg.Go(func() { <-release; _, start, _ = b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)) })
+		close(release)
+		wg.Wait()
+		cancelled := cancelErr == nil
+		attempted := start == withdrawal.StartAttempt
+		if cancelled == attempted {
+			t.Fatalf("race %d: cancelled=%v (%v) attempted=%v: exactly one must win", i, cancelled, cancelErr, attempted)
+		}
+		if !cancelled && !errors.Is(cancelErr, withdrawal.ErrNotCancellable) {
+			t.Fatalf("race %d: cancel lost with %v, want ErrNotCancellable", i, cancelErr)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/ledger"
+	"github.com/hourglass/hourglass/shared/ledger/ledgertest"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+func newQueue(t *testing.T, b redistest.Backend, shards int) *delayq.Queue {
+	t.Helper()
+	q, err := delayq.New(b.Client, delayq.Options{Name: withdrawal.QueueName, Kind: withdrawal.JobKind, Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func TestRedisLedgerConformance(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, rb redistest.Backend) {
+		ledgertest.Run(t, func(t *testing.T) ledgertest.Backend {
+			if err := rb.Client.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			q := newQueue(t, rb, 4)
+			return ledgertest.Backend{Ledger: ledger.NewRedis(rb.Client, q), Queue: q}
+		})
+	})
+}
+
+func TestPurgeExpiredKeys(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, rb redistest.Backend) {
+		ctx := context.Background()
+		q := newQueue(t, rb, 2)
+		l := ledger.NewRedis(rb.Client, q)
+		t0 := ledgertest.T0
+		for i, user := range []string{"alice", "bob", "carol"} {
+			key := withdrawal.IdemKey{UserID: user, Key: "k", Shard: q.ShardFor(user)}
+			_, err := l.Reserve(ctx, withdrawal.Reservation{Key: key, Fingerprint: "fp", ID: "wd_x", Now: t0,
+				LockUntil: t0.Add(time.Second), ExpiresAt: t0.Add(time.Duration(i+1) * time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := l.PurgeExpiredKeys(ctx, t0.Add(2*time.Hour))
+		if err != nil || n != 2 {
+			t.Fatalf("purged %d (%v), want 2", n, err)
+		}
+		keys, err := rb.Client.Keys(ctx, "*idem:*").Result()
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("idempotency records left: %v %v, want 1", keys, err)
+		}
+		if n, _ := l.PurgeExpiredKeys(ctx, t0.Add(2*time.Hour)); n != 0 {
+			t.Fatalf("second purge removed %d", n)
+		}
+	})
+}

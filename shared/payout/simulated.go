@@ -1,0 +1,36 @@
+package payout
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+var _ withdrawal.Provider = (*Simulated)(nil)
+
+// Simulated stands in for the provider on the local stack (no PAYOUT_URL):
+// it pays at once and logs the payout.
+type Simulated struct {
+	// Logger receives one line per payout; nil means slog.Default.
+	Logger *slog.Logger
+}
+
+// Pay pays w at once. The payout id derives from the withdrawal id, so asking
+// again answers the same, as an idempotent provider would.
+func (s Simulated) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", &Error{Msg: fmt.Sprintf("simulated payout of %s: %v", w.ID, err), Err: err}
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// Not the destination: logs carry no bank data.
+	log.InfoContext(ctx, "simulated payout",
+		"withdrawal_id", w.ID,
+		"amount", withdrawal.FormatAmount(w.Amount, w.Currency),
+		"currency", w.Currency)
+	return "sim_" + w.ID, nil
+}

@@ -1,0 +1,320 @@
+// Package poller moves due jobs from the delay queues to the work queue.
+//
+// Each round claims due jobs from every shard under a lease, hands them to the
+// dispatcher, acks what it accepted and re-schedules what it refused. A job
+// whose lease runs out (its poller died between claim and ack) is returned to
+// the due set by the next claim on its shard. Between rounds the poller sleeps
+// until the next due time, capped by the poll interval, so short delays are
+// kept precisely; concurrent pollers are safe because every claim is atomic.
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/delayq"
+)
+
+// Dispatcher hands jobs on to the work queue. It returns the jobs that were
+// NOT accepted (the poller re-schedules them); every other job was accepted.
+// err, if not nil, describes what went wrong (for logs); refused is
+// authoritative either way.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, jobs []delayq.Job) (refused []delayq.Job, err error)
+}
+
+// Source lists the queues to poll; it is asked once per round, so queues
+// registered meanwhile (a flash sale's) are picked up.
+type Source func(ctx context.Context) ([]*delayq.Queue, error)
+
+// Static is a Source of a fixed set of queues.
+func Static(qs ...*delayq.Queue) Source {
+	return func(context.Context) ([]*delayq.Queue, error) { return qs, nil }
+}
+
+// Task is periodic housekeeping run between rounds (purging expired
+// idempotency keys, reconciling). It must do bounded work.
+type Task struct {
+	Name  string
+	Every time.Duration
+	Run   func(ctx context.Context, now time.Time) error
+}
+
+// Defaults.
+const (
+	DefaultBatch       = 500
+	DefaultLease       = 30 * time.Second
+	DefaultInterval    = time.Second
+	DefaultRetryDelay  = time.Second
+	DefaultConcurrency = 8
+)
+
+// Config configures a Poller.
+type Config struct {
+	Queues     Source
+	Dispatcher Dispatcher
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	// Batch is the most jobs claimed from one shard per claim.
+	Batch int
+	// Lease is how long a claimed job stays invisible before it is returned.
+	Lease time.Duration
+	// Interval caps the sleep between rounds.
+	Interval time.Duration
+	// RetryDelay is how long a job the dispatcher refused waits to be claimed
+	// again.
+	RetryDelay time.Duration
+	// Ack makes the poller ack the jobs the dispatcher accepted: right for SQS,
+	// which then owns them. Leave it false when the dispatcher's consumer acks
+	// each job itself once done (the local stand-in).
+	Ack bool
+	// Concurrency bounds the shards worked on at once.
+	Concurrency int
+	// Tasks run between rounds, each at most once per its Every.
+	Tasks []Task
+	// OnClaim, if set, sees every batch just before it is handed over, with the
+	// time of handing over (used to measure scheduling lag).
+	OnClaim func(jobs []delayq.Job, at time.Time)
+}
+
+// Poller runs rounds of claim, dispatch and ack.
+type Poller struct {
+	cfg  Config
+	wake chan struct{}
+
+	mu       sync.Mutex
+	lastTask map[string]time.Time
+}
+
+// New checks cfg, fills in defaults and returns a Poller.
+func New(cfg Config) (*Poller, error) {
+	if cfg.Queues == nil || cfg.Dispatcher == nil || cfg.Clock == nil {
+		return nil, errors.New("poller: needs queues, a dispatcher and a clock")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.RetryDelay == 0 {
+		cfg.RetryDelay = DefaultRetryDelay
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Batch < 1 || cfg.Batch > delayq.MaxBatch || cfg.Lease <= 0 || cfg.Interval <= 0 {
+		return nil, fmt.Errorf("poller: bad settings: batch %d, lease %s, interval %s", cfg.Batch, cfg.Lease, cfg.Interval)
+	}
+	return &Poller{cfg: cfg, wake: make(chan struct{}, 1), lastTask: map[string]time.Time{}}, nil
+}
+
+// Notify tells a sleeping poller that a job was scheduled at due, so it wakes
+// early if due comes before its planned wake-up. It never blocks.
+func (p *Poller) Notify(due time.Time) {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Totals count what a poller did.
+type Totals struct {
+	Rounds   int `json:"rounds"`
+	Claimed  int `json:"claimed"`
+	Refused  int `json:"refused"`
+	Reaped   int `json:"reaped"`
+	Failures int `json:"failures"`
+}
+
+func (t *Totals) add(r RoundResult) {
+	t.Rounds++
+	t.Claimed += r.Claimed
+	t.Refused += r.Refused
+	t.Reaped += r.Reaped
+}
+
+// RoundResult is what one round did.
+type RoundResult struct {
+	Claimed int
+	Refused int
+	Reaped  int
+	// More is set when some shard had more due jobs than one batch.
+	More bool
+	// Next is the earliest due time still waiting; zero if none.
+	Next time.Time
+}
+
+// Run polls until ctx is done or until is reached (zero: no limit). A round
+// under way when ctx is cancelled is finished, so what it claimed is handed
+// over and acked before Run returns.
+func (p *Poller) Run(ctx context.Context, until time.Time) Totals {
+	var tot Totals
+	for {
+		now := p.cfg.Clock.Now()
+		if ctx.Err() != nil || (!until.IsZero() && !now.Before(until)) {
+			return tot
+		}
+		p.runTasks(ctx, now)
+		r, err := p.Round(context.WithoutCancel(ctx))
+		tot.add(r)
+		wake := now.Add(p.cfg.Interval)
+		switch {
+		case err != nil:
+			tot.Failures++
+			p.cfg.Logger.Error("poll round failed", "error", err.Error())
+		case r.More:
+			continue
+		case !r.Next.IsZero() && r.Next.Before(wake):
+			wake = r.Next
+		}
+		if !until.IsZero() && until.Before(wake) {
+			wake = until
+		}
+		p.sleep(ctx, wake)
+	}
+}
+
+func (p *Poller) sleep(ctx context.Context, wake time.Time) {
+	d := wake.Sub(p.cfg.Clock.Now())
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-p.wake:
+	}
+}
+
+func (p *Poller) runTasks(ctx context.Context, now time.Time) {
+	for _, t := range p.cfg.Tasks {
+		p.mu.Lock()
+		last, ran := p.lastTask[t.Name]
+		due := !ran || now.Sub(last) >= t.Every
+		if due {
+			p.lastTask[t.Name] = now
+		}
+		p.mu.Unlock()
+		if !due {
+			continue
+		}
+		if err := t.Run(ctx, now); err != nil {
+			p.cfg.Logger.Error("housekeeping failed", "task", t.Name, "error", err.Error())
+		}
+	}
+}
+
+// Round claims, dispatches and acks one batch from every shard of every queue.
+func (p *Poller) Round(ctx context.Context) (RoundResult, error) {
+	queues, err := p.cfg.Queues(ctx)
+	if err != nil {
+		return RoundResult{}, fmt.Errorf("poller: list queues: %w", err)
+	}
+	var (
+		mu  sync.Mutex
+		res RoundResult
+	)
+	// No shared cancellation: one shard's failure must not abort another
+	// shard between its claim and its ack.
+	var g errgroup.Group
+	g.SetLimit(p.cfg.Concurrency)
+	for _, q := range queues {
+		for n := range q.Shards() {
+			g.Go(func() error {
+				r, err := p.shard(ctx, q, n)
+				mu.Lock()
+				defer mu.Unlock()
+				res.Claimed += r.Claimed
+				res.Refused += r.Refused
+				res.Reaped += r.Reaped
+				res.More = res.More || r.More
+				if !r.Next.IsZero() && (res.Next.IsZero() || r.Next.Before(res.Next)) {
+					res.Next = r.Next
+				}
+				return err
+			})
+		}
+	}
+	return res, g.Wait()
+}
+
+func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult, error) {
+	c, err := q.Claim(ctx, n, p.cfg.Clock.Now(), p.cfg.Lease, p.cfg.Batch)
+	if err != nil {
+		return RoundResult{}, err
+	}
+	r := RoundResult{Claimed: len(c.Jobs), Reaped: c.Reaped, More: len(c.Jobs) == p.cfg.Batch, Next: c.Next}
+	if c.Reaped > 0 {
+		p.cfg.Logger.Warn("expired leases returned", "queue", q.Name(), "shard", n, "jobs", c.Reaped)
+	}
+	if len(c.Jobs) == 0 {
+		return r, nil
+	}
+	if p.cfg.OnClaim != nil {
+		p.cfg.OnClaim(c.Jobs, p.cfg.Clock.Now())
+	}
+	refused, derr := p.cfg.Dispatcher.Dispatch(ctx, c.Jobs)
+	if derr != nil {
+		p.cfg.Logger.Error("dispatch failed", "queue", q.Name(), "shard", n, "refused", len(refused), "error", derr.Error())
+	}
+	r.Refused = len(refused)
+	// Refused jobs wait RetryDelay; a job we fail to re-schedule keeps its
+	// lease and comes back when it expires.
+	retryAt := p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
+	for _, j := range refused {
+		if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
+			return r, err
+		}
+	}
+	if !p.cfg.Ack {
+		return r, nil
+	}
+	accepted := make([]string, 0, len(c.Jobs)-len(refused))
+	skip := make(map[string]bool, len(refused))
+	for _, j := range refused {
+		skip[j.ID] = true
+	}
+	for _, j := range c.Jobs {
+		if !skip[j.ID] {
+			accepted = append(accepted, j.ID)
+		}
+	}
+	if _, err := q.Ack(ctx, n, c.Lease, accepted...); err != nil {
+		// Not acked: the lease expires and the jobs are sent again, which the
+		// consumer tolerates (it is idempotent); nothing is lost.
+		return r, err
+	}
+	return r, nil
+}
+
+// Handler returns the Lambda handler of the scheduled poller: it polls until
+// margin before the invocation's deadline, then reports what it did.
+func (p *Poller) Handler(margin time.Duration) func(ctx context.Context, ev events.EventBridgeEvent) (Totals, error) {
+	return func(ctx context.Context, ev events.EventBridgeEvent) (Totals, error) {
+		until := p.cfg.Clock.Now().Add(time.Minute)
+		if d, ok := ctx.Deadline(); ok {
+			until = d.Add(-margin)
+		}
+		tot := p.Run(ctx, until)
+		p.cfg.Logger.Info("poller invocation done", "event_id", ev.ID, "rounds", tot.Rounds,
+			"claimed", tot.Claimed, "refused", tot.Refused, "reaped", tot.Reaped, "failures", tot.Failures)
+		return tot, nil
+	}
+}

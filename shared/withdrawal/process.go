@@ -121,8 +121,11 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 		}
 	}
 	if errors.Is(err, ErrStale) {
-		log.Warn("payout attempt superseded by another consumer", "attempt", attempt)
-		return nil
+		// Another consumer took the attempt over, or our own write landed
+		// and its reply was lost and retried: either way the record says
+		// where things stand, and a final one may still need finance told.
+		log.Warn("payout attempt superseded", "attempt", attempt, "status", w.Status)
+		return p.notify(ctx, w)
 	}
 	if err != nil {
 		return err

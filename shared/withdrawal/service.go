@@ -141,7 +141,17 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if err != nil {
 		return Created{}, fmt.Errorf("withdrawal: encode response: %w", err)
 	}
-	if err := s.cfg.Ledger.Create(ctx, w, key, resp); err != nil {
+	err = s.cfg.Ledger.Create(ctx, w, key, resp)
+	if errors.Is(err, ErrExists) {
+		// The create landed but its reply was lost and the retry found it:
+		// the key now holds the response.
+		if st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: req.Fingerprint, ID: w.ID,
+			Now: now, LockUntil: now.Add(s.cfg.KeyLock), ExpiresAt: now.Add(s.cfg.KeyRetention)}); rerr == nil &&
+			st.Phase == KeyCompleted && st.ID == w.ID {
+			return Created{ID: w.ID, Body: st.Response}, nil
+		}
+	}
+	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = s.cfg.Ledger.Release(rctx, key, w.ID)

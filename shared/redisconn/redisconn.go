@@ -1,0 +1,259 @@
+// Package redisconn builds the Redis client of every function from REDIS_URL:
+// one node, or a cluster (ElastiCache cluster mode), plain or TLS.
+//
+// URL forms:
+//
+//	redis://[user:pass@]host:port[/db]       one node
+//	rediss://…                                the same over TLS (1.2 or later)
+//	redis[s]://host:port?cluster=true[&addr=host:port…]   a cluster; db must be 0
+//	redis[s]://clustercfg.…:port              an ElastiCache cluster configuration
+//	                                          endpoint is a cluster by its name
+//
+// go-redis's own URL options (dial_timeout=…, pool_size=…) are accepted too.
+//
+// The defaults are short because every caller runs under a Lambda deadline or
+// an HTTP request: a dead Redis must fail a call within about a second or two,
+// not hang it. Errors never carry the password.
+package redisconn
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults, used where neither Options nor the URL say otherwise.
+const (
+	DefaultDialTimeout  = 2 * time.Second
+	DefaultReadTimeout  = time.Second
+	DefaultWriteTimeout = time.Second
+	DefaultPoolTimeout  = time.Second
+	DefaultMaxRetries   = 1
+	// PingTimeout bounds Ping, so a health check answers before its caller
+	// gives up on it.
+	PingTimeout = 500 * time.Millisecond
+)
+
+// clusterHostPrefix starts the name of an ElastiCache cluster configuration
+// endpoint.
+const clusterHostPrefix = "clustercfg."
+
+// Options tunes the client. A zero field takes the URL's value if it has one
+// (dial_timeout=…), else the default.
+type Options struct {
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	PoolTimeout  time.Duration
+	// PoolSize is per node; zero keeps go-redis's default (a multiple of
+	// GOMAXPROCS).
+	PoolSize int
+	// MaxRetries is retries after a network error; -1 means none.
+	MaxRetries int
+}
+
+// New returns a client for rawURL: a *redis.ClusterClient in cluster mode,
+// else a *redis.Client. It does not connect; see Ping.
+func New(rawURL string, opts Options) (redis.UniversalClient, error) {
+	cfg, err := parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.cluster {
+		co, err := redis.ParseClusterURL(cfg.redacted)
+		if err != nil {
+			return nil, fmt.Errorf("redisconn: REDIS_URL %s: %w", cfg.shown, err)
+		}
+		co.Username, co.Password = cfg.user, cfg.password
+		if co.TLSConfig != nil {
+			co.TLSConfig.MinVersion = tls.VersionTLS12
+		}
+		co.DialTimeout = pick(opts.DialTimeout, co.DialTimeout, DefaultDialTimeout)
+		co.ReadTimeout = pick(opts.ReadTimeout, co.ReadTimeout, DefaultReadTimeout)
+		co.WriteTimeout = pick(opts.WriteTimeout, co.WriteTimeout, DefaultWriteTimeout)
+		co.PoolTimeout = pick(opts.PoolTimeout, co.PoolTimeout, DefaultPoolTimeout)
+		co.PoolSize = pick(opts.PoolSize, co.PoolSize, 0)
+		co.MaxRetries = pick(opts.MaxRetries, co.MaxRetries, DefaultMaxRetries)
+		// One dial per attempt: MaxRetries already retries, and go-redis's
+		// default of 5 dials multiplies every timeout.
+		co.DialerRetries = pick(co.DialerRetries, 1)
+		co.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(co), nil
+	}
+	o, err := redis.ParseURL(cfg.redacted)
+	if err != nil {
+		return nil, fmt.Errorf("redisconn: REDIS_URL %s: %w", cfg.shown, err)
+	}
+	o.Username, o.Password = cfg.user, cfg.password
+	o.DialTimeout = pick(opts.DialTimeout, o.DialTimeout, DefaultDialTimeout)
+	o.ReadTimeout = pick(opts.ReadTimeout, o.ReadTimeout, DefaultReadTimeout)
+	o.WriteTimeout = pick(opts.WriteTimeout, o.WriteTimeout, DefaultWriteTimeout)
+	o.PoolTimeout = pick(opts.PoolTimeout, o.PoolTimeout, DefaultPoolTimeout)
+	o.PoolSize = pick(opts.PoolSize, o.PoolSize, 0)
+	o.MaxRetries = pick(opts.MaxRetries, o.MaxRetries, DefaultMaxRetries)
+	o.DialerRetries = 1
+	// Context deadlines (the Lambda's, Ping's) then bound socket I/O too.
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o), nil
+}
+
+// Ping checks that Redis answers, within PingTimeout.
+func Ping(ctx context.Context, c redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redisconn: ping: %w", err)
+	}
+	return nil
+}
+
+// Redacted returns rawURL with its password, if any, replaced by "xxxxx", for
+// logs and errors. It works on text that does not parse too, and errs on the
+// side of hiding more: everything between the first ':' of the user info and
+// the last '@' goes, and without a "://" everything before the last '@'.
+func Redacted(rawURL string) string {
+	i := strings.Index(rawURL, "://")
+	if i < 0 {
+		if at := strings.LastIndex(rawURL, "@"); at >= 0 {
+			return "xxxxx" + rawURL[at:]
+		}
+		return rawURL
+	}
+	start := i + len("://")
+	at := strings.LastIndex(rawURL[start:], "@")
+	if at < 0 {
+		return rawURL
+	}
+	colon := strings.Index(rawURL[start:start+at], ":")
+	if colon < 0 {
+		return rawURL // a user name alone
+	}
+	return rawURL[:start+colon+1] + "xxxxx" + rawURL[start+at:]
+}
+
+// config is a checked REDIS_URL.
+type config struct {
+	cluster bool
+	// redacted is the URL go-redis parses: the password is set afterwards, so
+	// no go-redis error can quote it. Our own query parameters are gone.
+	redacted string
+	// shown is the URL as errors show it.
+	shown          string
+	user, password string
+}
+
+func parse(rawURL string) (config, error) {
+	shown := Redacted(rawURL)
+	cfg := config{shown: shown}
+	fail := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("redisconn: REDIS_URL %s: "+format, append([]any{shown}, args...)...)
+	}
+	if rawURL == "" {
+		return config{}, errors.New("redisconn: REDIS_URL is empty")
+	}
+	if !strings.Contains(rawURL, "://") {
+		return fail("want redis://host:port or rediss://host:port")
+	}
+	// Every check runs on the redacted URL, so no message can quote the
+	// password; the real one must parse to the same URL bar the password.
+	u, err := url.Parse(shown)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fail("%v", err)
+	}
+	raw, err := url.Parse(rawURL)
+	if err != nil || raw.Scheme != u.Scheme || raw.Host != u.Host || raw.Path != u.Path ||
+		raw.RawQuery != u.RawQuery || raw.Fragment != u.Fragment {
+		return fail("cannot tell the password from the rest: percent-encode any '@', '/', '?', '#', '%%' in it")
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fail("scheme %q: want redis:// or rediss://", u.Scheme)
+	}
+	if u.Opaque != "" || u.Hostname() == "" {
+		return fail("no host")
+	}
+	if p := u.Port(); p != "" {
+		if err := checkPort(p); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if raw.User != nil {
+		cfg.user = raw.User.Username()
+		cfg.password, _ = raw.User.Password()
+	}
+
+	q := u.Query()
+	if v, ok := q["cluster"]; ok {
+		if len(v) != 1 {
+			return fail("cluster given %d times", len(v))
+		}
+		if cfg.cluster, err = strconv.ParseBool(v[0]); err != nil {
+			return fail("cluster=%q is not a boolean", v[0])
+		}
+		q.Del("cluster")
+	} else {
+		cfg.cluster = strings.HasPrefix(strings.ToLower(u.Hostname()), clusterHostPrefix)
+	}
+
+	if cfg.cluster {
+		for _, a := range q["addr"] {
+			host, port, err := net.SplitHostPort(a)
+			if err != nil || host == "" {
+				return fail("addr=%q: want host:port", a)
+			}
+			if err := checkPort(port); err != nil {
+				return fail("addr=%q: %v", a, err)
+			}
+		}
+		// go-redis ignores the path of a cluster URL; a db there would be
+		// silently dropped, so refuse it.
+		db := strings.Trim(u.Path, "/")
+		if v := q.Get("db"); v != "" {
+			db = v
+		}
+		q.Del("db")
+		if db != "" && db != "0" {
+			if _, err := strconv.Atoi(db); err != nil {
+				return fail("invalid database number %q", db)
+			}
+			return fail("database %s: cluster mode has only database 0", db)
+		}
+		u.Path = ""
+	} else if q.Has("addr") {
+		return fail("addr is for cluster mode only (add cluster=true)")
+	}
+
+	u.RawQuery = q.Encode()
+	cfg.redacted = u.String()
+	return cfg, nil
+}
+
+func checkPort(p string) error {
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("bad port %q", p)
+	}
+	return nil
+}
+
+// pick returns the first non-zero value.
+func pick[T comparable](vs ...T) T {
+	var zero T
+	for _, v := range vs {
+		if v != zero {
+			return v
+		}
+	}
+	return zero
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -17,13 +18,22 @@ import (
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
-// Secret is a string that never prints: logs and errors show "[redacted]".
+// Secret is a string that never prints: logs, errors and JSON show
+// "[redacted]", however the value or a struct holding it is formatted.
 type Secret string
 
-func (s Secret) String() string { return "[redacted]" }
+const redacted = "[redacted]"
+
+func (s Secret) String() string { return redacted }
+
+// GoString keeps the secret out of %#v.
+func (s Secret) GoString() string { return redacted }
 
 // LogValue keeps the secret out of structured logs.
-func (s Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+func (s Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// MarshalText keeps the secret out of JSON and text encodings.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 
 // Bytes returns the secret's value.
 func (s Secret) Bytes() []byte { return []byte(s) }
@@ -86,26 +96,68 @@ const (
 // X-User-Id headers.
 func Load(p Profile) (Config, error) {
 	var c Config
+	var problems []problem
+	failed := map[string]bool{}
 	if err := env.Parse(&c); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		var agg env.AggregateError
+		if !errors.As(err, &agg) {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if !errors.As(e, &pe) {
+				return Config{}, fmt.Errorf("config: %w", e)
+			}
+			name := envName(pe.Name)
+			failed[name] = true
+			problems = append(problems, problem{name, fmt.Sprintf("cannot read %q as %s", os.Getenv(name), pe.Type)})
+		}
 	}
-	if _, set := os.LookupEnv("HOURGLASS_AUTH"); !set && p == Lambda {
+	// Set but empty counts as unset: a Lambda must not fall back to dev auth.
+	if p == Lambda && os.Getenv("HOURGLASS_AUTH") == "" {
 		c.Auth = "jwt"
 	}
 	for i, cur := range c.Currencies {
 		c.Currencies[i] = strings.TrimSpace(cur)
 	}
-	if err := c.Check(); err != nil {
+	for _, pr := range c.problems() {
+		if !failed[pr.name] {
+			problems = append(problems, pr)
+		}
+	}
+	if err := join(problems); err != nil {
 		return Config{}, err
 	}
 	return c, nil
 }
 
+// envName is the variable behind a Config field.
+func envName(field string) string {
+	if f, ok := reflect.TypeOf(Config{}).FieldByName(field); ok {
+		if tag := f.Tag.Get("env"); tag != "" {
+			return tag
+		}
+	}
+	return field
+}
+
+type problem struct{ name, msg string }
+
+func join(ps []problem) error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = fmt.Errorf("config: %s: %s", p.name, p.msg)
+	}
+	return errors.Join(errs...)
+}
+
 // Check reports every setting that cannot work.
-func (c Config) Check() error {
-	var errs []error
+func (c Config) Check() error { return join(c.problems()) }
+
+func (c Config) problems() []problem {
+	var ps []problem
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("config: %s: %s", name, fmt.Sprintf(format, args...)))
+		ps = append(ps, problem{name, fmt.Sprintf(format, args...)})
 	}
 	if c.Auth != "dev" && c.Auth != "jwt" {
 		bad("HOURGLASS_AUTH", "%q is neither dev nor jwt", c.Auth)
@@ -119,14 +171,17 @@ func (c Config) Check() error {
 	if _, err := slogLevel(c.LogLevel); err != nil {
 		bad("HOURGLASS_LOG_LEVEL", "%v", err)
 	}
-	for name, d := range map[string]time.Duration{
-		"PAYOUT_TIMEOUT": c.PayoutTimeout, "HOURGLASS_POLL_INTERVAL": c.PollInterval,
-		"HOURGLASS_MAX_DELAY": c.MaxDelay, "HOURGLASS_RETRY_BASE": c.RetryBase, "HOURGLASS_RETRY_CAP": c.RetryCap,
-		"HOURGLASS_LEASE": c.Lease, "HOURGLASS_RECONCILE_INTERVAL": c.ReconcileInterval,
-		"HOURGLASS_VISIBILITY_TIMEOUT": c.Visibility,
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PAYOUT_TIMEOUT", c.PayoutTimeout}, {"HOURGLASS_POLL_INTERVAL", c.PollInterval},
+		{"HOURGLASS_MAX_DELAY", c.MaxDelay}, {"HOURGLASS_RETRY_BASE", c.RetryBase}, {"HOURGLASS_RETRY_CAP", c.RetryCap},
+		{"HOURGLASS_LEASE", c.Lease}, {"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval},
+		{"HOURGLASS_VISIBILITY_TIMEOUT", c.Visibility},
 	} {
-		if d <= 0 {
-			bad(name, "must be a positive duration, got %s", d)
+		if d.d <= 0 {
+			bad(d.name, "must be a positive duration, got %s", d.d)
 		}
 	}
 	if c.DefaultDelay < 0 || c.DefaultDelay > c.MaxDelay {
@@ -153,15 +208,17 @@ func (c Config) Check() error {
 	if _, err := c.WithdrawalRules(); err != nil {
 		bad("HOURGLASS_CURRENCIES/HOURGLASS_MAX_AMOUNT", "%v", err)
 	}
-	for name, u := range map[string]string{"PAYOUT_URL": c.PayoutURL, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL} {
-		if u == "" {
+	for _, u := range []struct{ name, url string }{
+		{"PAYOUT_URL", c.PayoutURL}, {"FINANCE_WEBHOOK_URL", c.FinanceWebhookURL},
+	} {
+		if u.url == "" {
 			continue
 		}
-		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			bad(name, "must be an http(s) URL")
+		if pu, err := url.Parse(u.url); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad(u.name, "must be an http(s) URL")
 		}
 	}
-	return errors.Join(errs...)
+	return ps
 }
 
 // WithdrawalRules returns the validation rules of withdrawal requests.

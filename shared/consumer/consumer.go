@@ -5,7 +5,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -80,11 +79,7 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
 		return fmt.Errorf("consumer: unknown job kind %q", job.Kind)
 	}
 	if err := run(ctx, job); err != nil {
-		if errors.Is(err, withdrawal.ErrBusy) {
-			log.Info("job busy elsewhere, delivering again later")
-		} else {
-			log.Error("job failed, delivering again later", "error", err.Error())
-		}
+		log.Error("job failed, delivering again later", "error", err.Error())
 		return err
 	}
 	if h.cfg.Ack != nil && job.Lease != 0 {

@@ -113,8 +113,9 @@ func (p *Problem) response() events.APIGatewayV2HTTPResponse {
 	return events.APIGatewayV2HTTPResponse{StatusCode: p.Status, Headers: h, Body: string(body)}
 }
 
-// Unavailable reports whether err means a dependency (Redis) is down or
-// overloaded rather than a bug: the caller should retry later.
+// Unavailable reports whether err means a dependency (Redis) is down, full
+// (OOM under noeviction) or overloaded rather than a bug: the caller should
+// retry later.
 func Unavailable(err error) bool {
 	for _, target := range []error{
 		context.DeadlineExceeded, redis.ErrPoolTimeout, redis.ErrClosed, io.EOF, io.ErrUnexpectedEOF,
@@ -129,5 +130,6 @@ func Unavailable(err error) bool {
 		return true
 	}
 	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err)
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsOOMError(err)
 }

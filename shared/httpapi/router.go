@@ -263,7 +263,9 @@ func readBody(ev *events.APIGatewayV2HTTPRequest, jsonBody bool) ([]byte, *Probl
 	if ev.IsBase64Encoded {
 		var err error
 		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
-			return nil, NewProblem(http.StatusBadRequest, CodeValidationFailed, "the body is not valid base64")
+			p := NewProblem(http.StatusBadRequest, CodeValidationFailed, "the request breaks the rules listed in errors")
+			p.Errors = []FieldError{{Field: "body", Message: "is marked base64 but is not valid base64"}}
+			return nil, p
 		}
 	}
 	if len(body) > MaxBody {

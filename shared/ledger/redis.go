@@ -231,8 +231,8 @@ func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.T
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, err
 	}
-	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
-		now.UnixMilli(), until.UnixMilli(), ClockSkew.Milliseconds()).Slice()
+	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due},
+		now.UnixMilli(), until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
 	}

@@ -47,6 +47,7 @@ type WorkQueue struct {
 	seq     uint64
 	closed  bool
 	wg      sync.WaitGroup
+	stopped sync.Once
 }
 
 type message struct {
@@ -119,11 +120,14 @@ func (q *WorkQueue) Start() {
 
 // Close stops taking jobs, delivers what is ready, and returns once every
 // batch under way has finished. Hidden messages are left to their leases.
+// Calling it again waits the same way.
 func (q *WorkQueue) Close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	close(q.stop)
+	q.stopped.Do(func() {
+		q.mu.Lock()
+		q.closed = true
+		q.mu.Unlock()
+		close(q.stop)
+	})
 	q.wg.Wait()
 }
 

@@ -283,6 +283,9 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 			return r, err
 		}
 	}
+	if len(refused) > 0 && (r.Next.IsZero() || retryAt.Before(r.Next)) {
+		r.Next = retryAt
+	}
 	if !p.cfg.Ack {
 		return r, nil
 	}

@@ -91,6 +91,8 @@ const (
 	// provider.
 	StartAttempt Start = iota + 1
 	// StartBusy: another consumer's attempt is running and not yet overdue.
+	// The ledger has scheduled the job again for the attempt's deadline, so
+	// this delivery is done with: if that consumer dies, the job comes back.
 	StartBusy
 	// StartNotDue: the record is scheduled for later (a stale duplicate job).
 	StartNotDue

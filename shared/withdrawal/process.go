@@ -86,8 +86,8 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 // safe under duplicate and concurrent deliveries: the ledger admits one
 // attempt at a time, and the provider sees one idempotency key per withdrawal.
 // A nil error means the delivery is done with (paid, failed, retry scheduled,
-// cancelled, or a stale duplicate); ErrBusy or any other error means deliver
-// it again later.
+// cancelled, a stale duplicate, or another consumer's attempt under way, which
+// the ledger follows up); an error means deliver it again later.
 func (p *Processor) Process(ctx context.Context, ref Ref) error {
 	now := p.cfg.Clock.Now().UTC()
 	w, start, err := p.cfg.Ledger.Begin(ctx, ref, now, now.Add(p.cfg.AttemptTimeout))
@@ -97,7 +97,9 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 	log := p.cfg.Logger.With("withdrawal_id", w.ID)
 	switch start {
 	case StartBusy:
-		return ErrBusy
+		log.Info("payout in progress elsewhere; job due again at its deadline",
+			"until", clock.Format(w.ProcessingUntil))
+		return nil
 	case StartNotDue:
 		log.Info("stale payout job dropped", "status", w.Status, "due_at", clock.Format(w.DueAt))
 		return nil

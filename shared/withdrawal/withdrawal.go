@@ -161,9 +161,6 @@ var (
 	ErrIdempotencyConflict = errors.New("withdrawal: idempotency key reused with another request")
 	// ErrIdempotencyInFlight: the first request with the key is still running.
 	ErrIdempotencyInFlight = errors.New("withdrawal: request with this idempotency key in flight")
-	// ErrBusy: another consumer is paying the withdrawal out right now; the job
-	// should be delivered again later.
-	ErrBusy = errors.New("withdrawal: payout in progress elsewhere")
 	// ErrPermanent marks a provider answer that no retry can change.
 	ErrPermanent = errors.New("withdrawal: payout refused")
 	// ErrExists: a record with this id exists already.

@@ -284,6 +284,11 @@ func testAttempts(t *testing.T, b Backend) {
 	if _, start, _ := b.Ledger.Begin(ctx, ref, T0.Add(20*time.Second), T0.Add(50*time.Second)); start != withdrawal.StartBusy {
 		t.Fatalf("second begin within the attempt: %v", start)
 	}
+	// The busy delivery left the job due again at the attempt's deadline, so
+	// a consumer dying mid-attempt is followed up.
+	if next, ok, err := b.Queue.NextDue(ctx, ref.Shard); err != nil || !ok || !next.Equal(T0.Add(40*time.Second)) {
+		t.Fatalf("after a busy begin the job is due %v %v %v, want at the attempt deadline", next, ok, err)
+	}
 	// The first consumer died; past the attempt's deadline another takes over.
 	got, start, err = b.Ledger.Begin(ctx, ref, T0.Add(40*time.Second), T0.Add(70*time.Second))
 	if err != nil || start != withdrawal.StartAttempt || got.Attempts != 2 {

@@ -1,0 +1,42 @@
+# Hourglass: the targets people use. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO        ?= go
+FUNCTIONS := enqueue poller consumer
+# Lambda runs the functions on provided.al2023, arm64.
+LAMBDA_ARCH ?= arm64
+
+.PHONY: help build run test vet bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+build: ## Build the Lambda bootstraps (linux/arm64, stripped) into dist/<function>/
+	@command -v zip >/dev/null || { echo "make build needs zip (apt-get install zip)"; exit 1; }
+	@for fn in $(FUNCTIONS); do \
+	  mkdir -p dist/$$fn; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -trimpath -tags lambda.norpc \
+	    -ldflags='-s -w -buildid=' -o dist/$$fn/bootstrap ./functions/$$fn; \
+	  rm -f dist/$$fn/function.zip; \
+	  (cd dist/$$fn && zip -q -X function.zip bootstrap); \
+	  printf '  dist/%-9s bootstrap %6s KiB, function.zip %6s KiB\n' $$fn \
+	    $$(( $$(stat -c %s dist/$$fn/bootstrap) / 1024 )) $$(( $$(stat -c %s dist/$$fn/function.zip) / 1024 )); \
+	done
+
+run: ## Run the whole system locally on an embedded Redis (REDIS_URL to use your own)
+	$(GO) run ./cmd/hourglass serve
+
+vet: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: vet ## Every test, with the race detector (spawns its own redis-server processes)
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench: ## Benchmarks of the delay queue and dispatch, on a spawned redis-server
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./shared/delayq/ ./shared/poller/ ./shared/dispatch/
+
+clean: ## Remove build output
+	rm -rf dist

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/internal/redistest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds this command once per test run: the tests drive the real
+// program, signals and all.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hourglass-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "hourglass")
+		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type server struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	base string
+	log  string
+	// exited is closed when the process ends; err is then its exit error.
+	exited chan struct{}
+	err    error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// serve starts `hourglass serve` with env and waits for /healthz.
+func serve(t *testing.T, addr string, env map[string]string) *server {
+	t.Helper()
+	logf, err := os.CreateTemp(t.TempDir(), "serve-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), "serve")
+	cmd.Env = append(os.Environ(), "HOURGLASS_ADDR="+addr)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, base: "http://" + addr, log: logf.Name(), exited: make(chan struct{})}
+	go func() { s.err = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.exited
+		if t.Failed() {
+			out, _ := os.ReadFile(s.log)
+			t.Logf("serve output (last 4 KiB):\n%s", tail(out, 4096))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(s.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case <-s.exited:
+			out, _ := os.ReadFile(s.log)
+			t.Fatalf("serve exited early: %v\n%s", s.err, out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("serve did not become healthy within 30s")
+	return nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    []byte
+}
+
+func (s *server) do(method, path, user string, headers map[string]string, body string) reply {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if user != "" {
+		req.Header.Set("X-User-Id", user)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func (s *server) create(user, key, body string) reply {
+	return s.do(http.MethodPost, "/v1/withdrawals", user, map[string]string{"Idempotency-Key": key}, body)
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeWalkthrough follows the README's walkthrough against the default
+// `make run` setup: embedded Redis, simulated provider, finance on stdout.
+func TestServeWalkthrough(t *testing.T) {
+	s := serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""})
+	body := `{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":2}`
+
+	created := s.create("alice", "demo-1", body)
+	if created.status != http.StatusAccepted || created.body["status"] != "scheduled" {
+		t.Fatalf("create: %d %s", created.status, created.raw)
+	}
+	id := created.body["id"].(string)
+	if loc := created.header.Get("Location"); loc != "/v1/withdrawals/"+id {
+		t.Fatalf("Location %q", loc)
+	}
+	replay := s.create("alice", "demo-1", body)
+	if replay.status != http.StatusAccepted || replay.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(replay.raw, created.raw) {
+		t.Fatalf("replay: %d %v %s", replay.status, replay.header, replay.raw)
+	}
+	if r := s.create("alice", "demo-1", strings.Replace(body, "125.50", "1.00", 1)); r.status != http.StatusUnprocessableEntity || r.body["code"] != "idempotency_conflict" {
+		t.Fatalf("conflict: %d %s", r.status, r.raw)
+	}
+	other := s.create("alice", "demo-2", strings.Replace(body, `"delay_seconds":2`, `"delay_seconds":600`, 1))
+	otherID := other.body["id"].(string)
+	if r := s.do(http.MethodDelete, "/v1/withdrawals/"+otherID, "alice", nil, ""); r.status != http.StatusOK || r.body["status"] != "cancelled" {
+		t.Fatalf("cancel: %d %s", r.status, r.raw)
+	}
+	if r := s.create("alice", "demo-3", `{"amount":"12.345","currency":"CNY","destination":"bank_6222"}`); r.status != http.StatusBadRequest ||
+		r.body["code"] != "validation_failed" || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("validation: %d %s", r.status, r.raw)
+	}
+	if r := s.do(http.MethodGet, "/v1/withdrawals/"+id, "bob", nil, ""); r.status != http.StatusNotFound {
+		t.Fatalf("bob read alice's withdrawal: %d %s", r.status, r.raw)
+	}
+	waitFor(t, 15*time.Second, "the withdrawal to be paid", func() bool {
+		return s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "").body["status"] == "paid"
+	})
+	got := s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "")
+	if got.body["attempts"] != float64(1) || got.body["payout_id"] != "sim_"+id {
+		t.Fatalf("paid withdrawal: %s", got.raw)
+	}
+	due, _ := time.Parse(time.RFC3339, created.body["due_at"].(string))
+	updated, _ := time.Parse(time.RFC3339, got.body["updated_at"].(string))
+	if updated.Before(due) {
+		t.Fatalf("paid at %v, before its due time %v", updated, due)
+	}
+	if r := s.do(http.MethodDelete, "/v1/withdrawals/"+id, "alice", nil, ""); r.status != http.StatusConflict || r.body["code"] != "not_cancellable" {
+		t.Fatalf("cancel of a paid withdrawal: %d %s", r.status, r.raw)
+	}
+	stats := s.do(http.MethodGet, "/v1/admin/stats", "", map[string]string{"X-Admin-Token": "dev-admin"}, "")
+	if stats.status != http.StatusOK {
+		t.Fatalf("stats: %d %s", stats.status, stats.raw)
+	}
+	waitFor(t, 5*time.Second, "finance's message on stdout", func() bool {
+		out, _ := os.ReadFile(s.log)
+		return bytes.Contains(out, []byte(`{"type":"payout.processed","withdrawal_id":"`+id+`"`))
+	})
+}
+
+// TestServeKilledLosesNothing kills `hourglass serve` with SIGKILL while
+// withdrawals are due and being paid, restarts it, and checks that every one
+// is paid, each once, and that finance hears of each.
+func TestServeKilledLosesNothing(t *testing.T) {
+	redis := redistest.Start(t)
+	provider := fakes.NewProvider(t, "pay-secret")
+	provider.Slow(100 * time.Millisecond)
+	finance := fakes.NewFinance(t, "fin-secret")
+	env := map[string]string{
+		"REDIS_URL": redis.URL(), "PAYOUT_URL": provider.URL, "PAYOUT_SIGNING_SECRET": "pay-secret",
+		"FINANCE_WEBHOOK_URL": finance.URL, "FINANCE_SIGNING_SECRET": "fin-secret",
+		"HOURGLASS_LEASE": "2s", "HOURGLASS_VISIBILITY_TIMEOUT": "300ms", "PAYOUT_TIMEOUT": "1s",
+		"HOURGLASS_POLL_INTERVAL": "200ms", "HOURGLASS_LOG_LEVEL": "warn",
+	}
+	addr := freeAddr(t)
+	s := serve(t, addr, env)
+
+	const n = 300
+	ids := make(map[string]string, n) // id -> user
+	for i := range n {
+		user := fmt.Sprintf("user-%d", i%17)
+		r := s.create(user, fmt.Sprintf("k-%d", i), `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":1}`)
+		if r.status != http.StatusAccepted {
+			t.Fatalf("create %d: %d %s", i, r.status, r.raw)
+		}
+		ids[r.body["id"].(string)] = user
+	}
+	waitFor(t, 20*time.Second, "payouts to start", func() bool { return provider.TotalCalls() >= 30 })
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+	paidAtKill := provider.Paid()
+	if paidAtKill >= n {
+		t.Fatalf("all %d were paid before the kill; the test proved nothing", n)
+	}
+	t.Logf("killed with %d of %d paid at the provider", paidAtKill, n)
+
+	s2 := serve(t, addr, env)
+	waitFor(t, 60*time.Second, "every withdrawal to be paid", func() bool { return provider.Paid() == n })
+	waitFor(t, 30*time.Second, "finance to hear of every withdrawal", func() bool { return len(finance.IDs()) == n })
+	repeats := 0
+	for id, user := range ids {
+		calls, paid := provider.Calls(id)
+		if !paid {
+			t.Errorf("%s never paid", id)
+		}
+		repeats += calls - 1
+		r := s2.do(http.MethodGet, "/v1/withdrawals/"+id, user, nil, "")
+		if r.body["status"] != "paid" || r.body["payout_id"] != "po_"+id {
+			t.Errorf("%s ends %s", id, r.raw)
+		}
+	}
+	for id := range finance.IDs() {
+		if _, ok := ids[id]; !ok {
+			t.Errorf("finance heard of unknown withdrawal %s", id)
+		}
+	}
+	t.Logf("%d paid once each; %d repeated provider calls under an existing key (allowed: same idempotency key)", n, repeats)
+}
+
+// TestServeStopsCleanly: SIGTERM finishes claimed work and exits 0.
+func TestServeStopsCleanly(t *testing.T) {
+	redis := redistest.Start(t)
+	provider := fakes.NewProvider(t, "pay-secret")
+	provider.Slow(200 * time.Millisecond)
+	finance := fakes.NewFinance(t, "fin-secret")
+	s := serve(t, freeAddr(t), map[string]string{
+		"REDIS_URL": redis.URL(), "PAYOUT_URL": provider.URL, "PAYOUT_SIGNING_SECRET": "pay-secret",
+		"FINANCE_WEBHOOK_URL": finance.URL, "FINANCE_SIGNING_SECRET": "fin-secret",
+	})
+	for i := range 20 {
+		if r := s.create("alice", fmt.Sprintf("k-%d", i), `{"amount":"1.00","currency":"USD","destination":"a","delay_seconds":0}`); r.status != http.StatusAccepted {
+			t.Fatalf("create: %d %s", r.status, r.raw)
+		}
+	}
+	waitFor(t, 10*time.Second, "payouts to start", func() bool { return provider.TotalCalls() > 0 })
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+		if s.err != nil {
+			t.Fatalf("exit after SIGTERM: %v", s.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	out, _ := os.ReadFile(s.log)
+	if !bytes.Contains(out, []byte(`"msg":"stopped"`)) {
+		t.Fatalf("no clean stop in the log:\n%s", tail(out, 2048))
+	}
+	// Whatever was claimed before the signal was finished, not abandoned:
+	// nothing is left leased.
+	st := redis.Client(t).ZCard(t.Context(), "hg:{dq:withdrawals:0}:inflight").Val()
+	if st != 0 {
+		t.Fatalf("%d jobs left leased after a clean stop", st)
+	}
+}

@@ -5,44 +5,28 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/hourglass/hourglass/shared/app"
-	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/dispatch"
 )
 
 func main() {
-	cfg, err := config.Load(config.Lambda)
-	log := app.NewLogger(os.Stdout, cfg.SlogLevel())
-	if err != nil {
-		app.Fatal(log, "bad configuration", err)
-	}
-	if err := cfg.Require("WORK_QUEUE_URL"); err != nil {
-		app.Fatal(log, "bad configuration", err)
-	}
-	rdb, err := app.Connect(cfg)
-	if err != nil {
-		app.Fatal(log, "redis", err)
-	}
-	a, err := app.New(cfg, log, rdb)
-	if err != nil {
-		app.Fatal(log, "wiring", err)
-	}
+	a := app.ForLambda("REDIS_URL", "WORK_QUEUE_URL")
 	awsCfg, err := app.AWSConfig(context.Background())
 	if err != nil {
-		app.Fatal(log, "aws", err)
+		app.Fatal(a.Log, "aws", err)
 	}
-	d, err := dispatch.NewSQS(sqs.NewFromConfig(awsCfg), cfg.WorkQueueURL)
+	d, err := dispatch.NewSQS(sqs.NewFromConfig(awsCfg), a.Config.WorkQueueURL)
 	if err != nil {
-		app.Fatal(log, "work queue", err)
+		app.Fatal(a.Log, "work queue", err)
 	}
+	// SQS holds a job once it accepts it, so the poller acks it then.
 	p, err := a.Poller(d, true)
 	if err != nil {
-		app.Fatal(log, "poller", err)
+		app.Fatal(a.Log, "poller", err)
 	}
-	lambda.Start(p.Handler(cfg.PollerMargin))
+	lambda.Start(p.Handler(a.Config.PollerMargin))
 }

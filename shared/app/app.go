@@ -231,6 +231,31 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
+// ForLambda builds the App of a Lambda function at cold start: configuration
+// from the environment (Lambda profile), the JSON logger, the Redis client.
+// A cold start that cannot work logs why and exits, so Lambda reports an init
+// error instead of serving with a broken setup. require names settings the
+// function cannot run without.
+func ForLambda(require ...string) *App {
+	cfg, err := config.Load(config.Lambda)
+	log := NewLogger(os.Stdout, cfg.SlogLevel())
+	if err == nil && len(require) > 0 {
+		err = cfg.Require(require...)
+	}
+	if err != nil {
+		Fatal(log, "bad configuration", err)
+	}
+	rdb, err := Connect(cfg)
+	if err != nil {
+		Fatal(log, "redis", err)
+	}
+	a, err := New(cfg, log, rdb)
+	if err != nil {
+		Fatal(log, "wiring", err)
+	}
+	return a
+}
+
 // Fatal logs err and exits: the one way a main reports a broken cold start.
 func Fatal(log *slog.Logger, msg string, err error) {
 	log.Error(msg, "error", err.Error())

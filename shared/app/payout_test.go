@@ -188,9 +188,16 @@ func TestDuplicateDeliveryPaysOnce(t *testing.T) {
 	if err != nil || w.Status != withdrawal.Paid || w.Attempts != 1 || w.PayoutID != "po_"+id {
 		t.Fatalf("ledger %+v %v", w, err)
 	}
+	// Finance hears at least once; a delivery that finds the payout done but
+	// not yet reported may report it too: the same message, the same key.
 	msgs := s.finance.Of(id)
-	if len(msgs) != 1 || msgs[0].Status != withdrawal.Paid || msgs[0].PayoutID != "po_"+id || msgs[0].Amount != "88.80" {
+	if len(msgs) == 0 || msgs[0].Status != withdrawal.Paid || msgs[0].PayoutID != "po_"+id || msgs[0].Amount != "88.80" {
 		t.Fatalf("finance got %+v", msgs)
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Fatalf("finance got differing messages for one payout: %+v", msgs)
+		}
 	}
 	var body map[string]string
 	_ = json.Unmarshal(s.provider.Body(id), &body)

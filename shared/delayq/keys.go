@@ -18,6 +18,10 @@ type Keys struct {
 	Dead string
 }
 
+// KeysOf names the keys of shard n of queue, as New(...).Keys(n) would,
+// without building a Queue.
+func KeysOf(prefix, queue string, n int) Keys { return newKeys(prefix, queue, n) }
+
 func newKeys(prefix, queue string, shard int) Keys {
 	tag := prefix + "{dq:" + queue + ":" + strconv.Itoa(shard) + "}"
 	return Keys{Tag: tag, Due: tag + ":due", Inflight: tag + ":inflight", Dead: tag + ":dead"}

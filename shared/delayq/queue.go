@@ -121,13 +121,16 @@ func (q *Queue) Shards() int { return len(q.keys) }
 func (q *Queue) Keys(n int) Keys { return q.keys[n] }
 
 // ShardFor maps a key (a user id, an item id) to a shard, stably.
-func (q *Queue) ShardFor(key string) int {
-	if len(q.keys) == 1 {
+func (q *Queue) ShardFor(key string) int { return ShardOf(key, len(q.keys)) }
+
+// ShardOf maps key to one of shards shards, stably (FNV-1a).
+func ShardOf(key string, shards int) int {
+	if shards <= 1 {
 		return 0
 	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(q.keys)))
+	return int(h.Sum32() % uint32(shards))
 }
 
 func (q *Queue) shard(n int) (Keys, error) {

@@ -34,6 +34,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -396,12 +397,12 @@ func ids(vs []withdrawal.View) []string {
 
 // problem is an RFC 9457 body as SPEC.md shapes it.
 type problem struct {
-	Type   string               `json:"type"`
-	Title  string               `json:"title"`
-	Status int                  `json:"status"`
-	Detail string               `json:"detail"`
-	Code   string               `json:"code"`
-	Errors []httpapi.FieldError `json:"errors"`
+	Type   string             `json:"type"`
+	Title  string             `json:"title"`
+	Status int                `json:"status"`
+	Detail string             `json:"detail"`
+	Code   string             `json:"code"`
+	Errors []validation.Field `json:"errors"`
 }
 
 // want describes an expected problem response.

@@ -11,13 +11,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/redis/go-redis/v9"
-)
 
-// FieldError names one rule a request broke.
-type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
+	"github.com/hourglass/hourglass/shared/validation"
+)
 
 // Problem is an RFC 9457 problem detail. Code is the stable word the app
 // switches on; the other fields are for people.
@@ -25,7 +21,7 @@ type Problem struct {
 	Status int
 	Code   string
 	Detail string
-	Errors []FieldError
+	Errors []validation.Field
 	// RetryAfter, in seconds, is sent as the Retry-After header when set.
 	RetryAfter int
 	// Allow is sent as the Allow header (405).
@@ -81,19 +77,19 @@ func NewProblem(status int, code, detail string) *Problem {
 }
 
 type problemBody struct {
-	Type   string       `json:"type"`
-	Title  string       `json:"title"`
-	Status int          `json:"status"`
-	Detail string       `json:"detail"`
-	Code   string       `json:"code"`
-	Errors []FieldError `json:"errors"`
+	Type   string             `json:"type"`
+	Title  string             `json:"title"`
+	Status int                `json:"status"`
+	Detail string             `json:"detail"`
+	Code   string             `json:"code"`
+	Errors []validation.Field `json:"errors"`
 }
 
 // response renders p as application/problem+json.
 func (p *Problem) response() events.APIGatewayV2HTTPResponse {
 	errs := p.Errors
 	if errs == nil {
-		errs = []FieldError{}
+		errs = []validation.Field{}
 	}
 	body, _ := json.Marshal(problemBody{
 		Type:   "urn:hourglass:problem:" + p.Code,

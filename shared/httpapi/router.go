@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/shared/validation"
 )
 
 // MaxBody is the largest request body accepted.
@@ -264,7 +266,7 @@ func readBody(ev *events.APIGatewayV2HTTPRequest, jsonBody bool) ([]byte, *Probl
 		var err error
 		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
 			p := NewProblem(http.StatusBadRequest, CodeValidationFailed, "the request breaks the rules listed in errors")
-			p.Errors = []FieldError{{Field: "body", Message: "is marked base64 but is not valid base64"}}
+			p.Errors = []validation.Field{{Field: "body", Message: "is marked base64 but is not valid base64"}}
 			return nil, p
 		}
 	}
@@ -289,6 +291,12 @@ func tooLarge() *Problem {
 func (rt *Router) problem(ctx context.Context, err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
+		return p
+	}
+	var verr *validation.Error
+	if errors.As(err, &verr) {
+		p := NewProblem(http.StatusBadRequest, CodeValidationFailed, "the request breaks the rules listed in errors")
+		p.Errors = verr.Errors
 		return p
 	}
 	for _, m := range rt.mappers {

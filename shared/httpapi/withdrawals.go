@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -56,7 +57,7 @@ func (h Withdrawals) list(ctx context.Context, r *Request) (events.APIGatewayV2H
 	if s, ok := r.Event.QueryStringParameters["limit"]; ok {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return events.APIGatewayV2HTTPResponse{}, withdrawal.Invalid("limit", "must be a whole number within 1..%d", withdrawal.MaxPageSize)
+			return events.APIGatewayV2HTTPResponse{}, validation.New("limit", "must be a whole number within 1..%d", withdrawal.MaxPageSize)
 		}
 		limit = n
 	}
@@ -84,14 +85,7 @@ func (h Withdrawals) cancel(ctx context.Context, r *Request) (events.APIGatewayV
 }
 
 func withdrawalProblem(err error) *Problem {
-	var verr *withdrawal.ValidationError
 	switch {
-	case errors.As(err, &verr):
-		p := NewProblem(http.StatusBadRequest, CodeValidationFailed, "the request breaks the rules listed in errors")
-		for _, f := range verr.Errors {
-			p.Errors = append(p.Errors, FieldError{Field: f.Field, Message: f.Message})
-		}
-		return p
 	case errors.Is(err, withdrawal.ErrNotFound):
 		return NewProblem(http.StatusNotFound, CodeNotFound, "no such withdrawal")
 	case errors.Is(err, withdrawal.ErrIdempotencyConflict):

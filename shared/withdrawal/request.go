@@ -14,37 +14,8 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/validation"
 )
-
-// FieldError is one rule a request broke.
-type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
-
-// ValidationError lists every rule a request broke; nothing was stored.
-type ValidationError struct {
-	Errors []FieldError
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, f := range e.Errors {
-		parts[i] = f.Field + ": " + f.Message
-	}
-	return "withdrawal: invalid request: " + strings.Join(parts, "; ")
-}
-
-func (e *ValidationError) add(field, format string, args ...any) {
-	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-// Invalid returns a ValidationError of one field.
-func Invalid(field, format string, args ...any) *ValidationError {
-	e := &ValidationError{}
-	e.add(field, format, args...)
-	return e
-}
 
 // minorDigits are ISO 4217 minor units of the currencies Hourglass knows.
 var minorDigits = map[string]int32{
@@ -141,17 +112,17 @@ var knownFields = map[string]bool{
 }
 
 // Parse decodes and validates a request body at now. It returns a
-// *ValidationError naming every broken rule.
+// *validation.Error naming every broken rule.
 func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&raw); err != nil || raw == nil {
-		return Request{}, Invalid("body", "must be a JSON object")
+		return Request{}, validation.New("body", "must be a JSON object")
 	}
 	if dec.More() {
-		return Request{}, Invalid("body", "must hold one JSON object and nothing after it")
+		return Request{}, validation.New("body", "must hold one JSON object and nothing after it")
 	}
-	verr := &ValidationError{}
+	verr := &validation.Error{}
 	var unknown []string
 	for k := range raw {
 		if !knownFields[k] {
@@ -160,7 +131,7 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		verr.add(k, "unknown field")
+		verr.Add(k, "unknown field")
 	}
 
 	var req Request
@@ -171,7 +142,7 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 
 	if currencyOK {
 		if !r.accepts(currency) {
-			verr.add("currency", "must be one of %s", strings.Join(r.Currencies, ", "))
+			verr.Add("currency", "must be one of %s", strings.Join(r.Currencies, ", "))
 			currencyOK = false
 		}
 		req.Currency = currency
@@ -180,21 +151,21 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 		m := amountRe.FindStringSubmatch(amount)
 		switch {
 		case m == nil:
-			verr.add("amount", "must be a decimal string such as \"125.50\"")
+			verr.Add("amount", "must be a decimal string such as \"125.50\"")
 		default:
 			req.Amount = decimal.RequireFromString(amount)
 			switch {
 			case !req.Amount.IsPositive():
-				verr.add("amount", "must be greater than 0")
+				verr.Add("amount", "must be greater than 0")
 			case req.Amount.GreaterThan(r.MaxAmount):
-				verr.add("amount", "must be at most %s", r.MaxAmount.String())
+				verr.Add("amount", "must be at most %s", r.MaxAmount.String())
 			case currencyOK && int32(len(m[3])) > minorDigits[currency]:
-				verr.add("amount", "%s allows at most %d decimal places", currency, minorDigits[currency])
+				verr.Add("amount", "%s allows at most %d decimal places", currency, minorDigits[currency])
 			}
 		}
 	}
 	if destinationOK && !destinationRe.MatchString(req.Destination) {
-		verr.add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
+		verr.Add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
 	}
 
 	when := r.parseDue(raw, now, verr)
@@ -207,15 +178,15 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 }
 
 // stringField reads a required string field; it records the error itself.
-func stringField(raw map[string]json.RawMessage, name string, verr *ValidationError) (string, bool) {
+func stringField(raw map[string]json.RawMessage, name string, verr *validation.Error) (string, bool) {
 	v, ok := raw[name]
 	if !ok {
-		verr.add(name, "is required")
+		verr.Add(name, "is required")
 		return "", false
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-		verr.add(name, "must be a string")
+		verr.Add(name, "must be a string")
 		return "", false
 	}
 	return s, true
@@ -227,13 +198,13 @@ type due struct {
 	spelling string
 }
 
-func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *ValidationError) due {
+func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *validation.Error) due {
 	delayRaw, hasDelay := raw["delay_seconds"]
 	atRaw, hasAt := raw["process_at"]
 	now = now.Truncate(time.Millisecond)
 	switch {
 	case hasDelay && hasAt:
-		verr.add("process_at", "give delay_seconds or process_at, not both")
+		verr.Add("process_at", "give delay_seconds or process_at, not both")
 	case hasDelay:
 		var v any
 		dec := json.NewDecoder(bytes.NewReader(delayRaw))
@@ -242,32 +213,32 @@ func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *Val
 		n, isNumber := v.(json.Number)
 		secs, err := n.Int64()
 		if !isNumber || err != nil {
-			verr.add("delay_seconds", "must be a whole number of seconds")
+			verr.Add("delay_seconds", "must be a whole number of seconds")
 			break
 		}
 		if secs < 0 || secs > int64(r.MaxDelay/time.Second) {
-			verr.add("delay_seconds", "must lie within 0..%d", int64(r.MaxDelay/time.Second))
+			verr.Add("delay_seconds", "must lie within 0..%d", int64(r.MaxDelay/time.Second))
 			break
 		}
 		return due{due: now.Add(time.Duration(secs) * time.Second), spelling: fmt.Sprintf("delay=%d", secs)}
 	case hasAt:
 		var s string
 		if err := json.Unmarshal(atRaw, &s); err != nil {
-			verr.add("process_at", "must be an RFC 3339 time string")
+			verr.Add("process_at", "must be an RFC 3339 time string")
 			break
 		}
 		at, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			verr.add("process_at", "must be an RFC 3339 time such as \"2026-11-29T10:00:00.250Z\"")
+			verr.Add("process_at", "must be an RFC 3339 time such as \"2026-11-29T10:00:00.250Z\"")
 			break
 		}
 		at = at.UTC().Truncate(time.Millisecond)
 		if at.Before(now) {
-			verr.add("process_at", "must not be in the past")
+			verr.Add("process_at", "must not be in the past")
 			break
 		}
 		if at.Sub(now) > r.MaxDelay {
-			verr.add("process_at", "must be at most %s ahead", r.MaxDelay)
+			verr.Add("process_at", "must be at most %s ahead", r.MaxDelay)
 			break
 		}
 		return due{due: at, spelling: "at=" + clock.Format(at)}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -124,7 +125,7 @@ func TestValidation(t *testing.T) {
 					}
 					return
 				}
-				var verr *withdrawal.ValidationError
+				var verr *validation.Error
 				if !errors.As(err, &verr) {
 					t.Fatalf("got %v, want a validation error", err)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/validation"
 )
 
 // Defaults of idempotency-key handling.
@@ -93,8 +94,8 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	now := s.cfg.Clock.Now().UTC()
 	req, err := s.cfg.Rules.Parse(body, now)
 	if !ValidKey(idemKey) {
-		verr := Invalid("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters")
-		var bodyErr *ValidationError
+		verr := validation.New("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters")
+		var bodyErr *validation.Error
 		if errors.As(err, &bodyErr) {
 			verr.Errors = append(verr.Errors, bodyErr.Errors...)
 		}
@@ -196,13 +197,13 @@ const (
 // Next of the previous page, or empty.
 func (s *Service) List(ctx context.Context, userID string, limit int, cursor string) (Page, error) {
 	if limit < 1 || limit > MaxPageSize {
-		return Page{}, Invalid("limit", "must lie within 1..%d", MaxPageSize)
+		return Page{}, validation.New("limit", "must lie within 1..%d", MaxPageSize)
 	}
 	after := ""
 	if cursor != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || !plausibleID(string(raw)) {
-			return Page{}, Invalid("cursor", "is not a cursor this API returned")
+			return Page{}, validation.New("cursor", "is not a cursor this API returned")
 		}
 		after = string(raw)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -209,7 +210,7 @@ func TestListPagesAndCursor(t *testing.T) {
 			field  string
 		}{{0, "", "limit"}, {101, "", "limit"}, {10, "!!", "cursor"}, {10, "d2RfeA", "cursor"}} {
 			_, err := e.svc.List(ctx, "alice", bad.limit, bad.cursor)
-			var verr *withdrawal.ValidationError
+			var verr *validation.Error
 			if !errors.As(err, &verr) || verr.Errors[0].Field != bad.field {
 				t.Errorf("List(%d, %q) = %v, want a %s error", bad.limit, bad.cursor, err, bad.field)
 			}

@@ -1,0 +1,82 @@
+-- admit: admit or refuse one purchase attempt on the buyer's home shard: the
+-- sale window, the per-user limit, the order backlog and the stock, and for an
+-- admitted purchase its record and its order job, all in one step.
+--
+-- KEYS[1] -> item shard meta (hash)
+-- KEYS[2] -> buyers (hash: user -> "<quantity>|<pid>@<shard>,...")
+-- KEYS[3] -> purchases (hash: pid -> record)
+-- KEYS[4] -> holds (sorted set: "<pid>|<quantity>|<user>" by deadline)
+-- KEYS[5] -> order queue due set
+-- ARGV[1] -> user id
+-- ARGV[2] -> quantity
+-- ARGV[3] -> now, unix ms
+-- ARGV[4] -> purchase id for this attempt
+-- ARGV[5] -> shard count the caller assumes (the home shard depends on it)
+-- ARGV[6] -> order backlog limit of the shard
+-- ARGV[7] -> hold deadline, unix ms (used when this shard has no stock)
+-- ARGV[8] -> this shard's number
+--
+-- Returns {code, version, extra}: 0 unknown item; 1 shard count changed
+-- (extra: the real one; nothing done); 2 not started (extra: starts); 3 ended;
+-- 4 per-user limit reached; 5 backlog full; 6 admitted (extra: stock left);
+-- 7 sold out; 8 no stock here: the user's quantity is held against the limit
+-- and the caller may take stock from another shard. A repeated attempt with
+-- the same purchase id answers as the first did.
+local meta = redis.call('HMGET', KEYS[1], 'version', 'shards', 'starts', 'ends', 'limit', 'left', 'pending', 'admitted')
+local version = meta[1]
+if not version then
+  return {0, '0'}
+end
+if meta[2] ~= ARGV[5] then
+  return {1, version, meta[2]}
+end
+local now = tonumber(ARGV[3])
+if now < tonumber(meta[3]) then
+  return {2, version, meta[3]}
+end
+if now >= tonumber(meta[4]) then
+  return {3, version}
+end
+
+local user = ARGV[1]
+local qty = tonumber(ARGV[2])
+local pid = ARGV[4]
+local bought = 0
+local list = ''
+local entry = redis.call('HGET', KEYS[2], user)
+if entry then
+  local q, l = string.match(entry, '^(%d+)|(.*)$')
+  bought = tonumber(q)
+  list = l
+  local at = string.match(',' .. list .. ',', ',' .. pid .. '@([^,]*),')
+  if at == '-' then
+    return {8, version}
+  elseif at then
+    return {6, version, meta[6]}
+  end
+end
+if bought + qty > tonumber(meta[5]) then
+  return {4, version}
+end
+local pending = tonumber(meta[7])
+if pending >= tonumber(ARGV[6]) then
+  return {5, version}
+end
+
+if list ~= '' then
+  list = list .. ','
+end
+local left = tonumber(meta[6])
+if left >= qty then
+  redis.call('HSET', KEYS[1], 'left', left - qty, 'pending', pending + 1, 'admitted', tonumber(meta[8]) + qty)
+  redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@' .. ARGV[8])
+  redis.call('HSET', KEYS[3], pid, 'reserved|' .. qty .. '|' .. ARGV[3] .. '|' .. ARGV[3] .. '|' .. ARGV[8] .. '|0||' .. user)
+  redis.call('ZADD', KEYS[5], ARGV[3], pid)
+  return {6, version, left - qty}
+end
+if meta[2] == '1' then
+  return {7, version}
+end
+redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@-')
+redis.call('ZADD', KEYS[4], ARGV[7], pid .. '|' .. qty .. '|' .. user)
+return {8, version}

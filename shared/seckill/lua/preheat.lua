@@ -1,0 +1,27 @@
+-- preheat: reset one item shard for a new sale: buyers, purchases, holds and
+-- order queue are dropped, and the shard gets its part of the stock. A shard
+-- whose admitted purchases still wait for their orders is left alone.
+--
+-- KEYS[1] -> item shard meta
+-- KEYS[2] -> buyers
+-- KEYS[3] -> purchases
+-- KEYS[4] -> holds
+-- KEYS[5..7] -> order queue due, inflight and dead sets
+-- ARGV[1] -> version
+-- ARGV[2] -> shard count ("0" drops the shard: the item has fewer shards now)
+-- ARGV[3] -> starts, unix ms
+-- ARGV[4] -> ends, unix ms
+-- ARGV[5] -> per-user limit
+-- ARGV[6] -> this shard's stock
+--
+-- Returns 1 when reset, 0 when orders are pending.
+local pending = redis.call('HGET', KEYS[1], 'pending')
+if pending and tonumber(pending) > 0 then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+if ARGV[2] ~= '0' then
+  redis.call('HSET', KEYS[1], 'version', ARGV[1], 'shards', ARGV[2], 'starts', ARGV[3], 'ends', ARGV[4],
+    'limit', ARGV[5], 'stock', ARGV[6], 'left', ARGV[6], 'pending', 0, 'admitted', 0, 'confirmed', 0, 'released', 0)
+end
+return 1

@@ -1,0 +1,136 @@
+// Package seckill is the flash sale: an item's stock is preheated into Redis,
+// and each purchase attempt is admitted or refused by one Lua script on one
+// hash slot (sale window, per-user limit, stock, order backlog), which also
+// enqueues the order job in that slot, so admission and enqueue are one step.
+// Orders are then created asynchronously by the consumer.
+//
+// Stock may be split over N shards (for Redis Cluster), each a hash-tagged
+// slot that is also a shard of the item's order queue. See Service.Purchase
+// for how a user's purchases stay within the per-user limit across shards.
+package seckill
+
+import (
+	"errors"
+	"regexp"
+	"time"
+
+	"github.com/hourglass/hourglass/shared/clock"
+)
+
+// JobKind is the kind of order jobs.
+const JobKind = "seckill.order"
+
+// QueuePrefix starts the name of every item's order queue: "sk:<item>".
+const QueuePrefix = "sk:"
+
+// QueueName is the order queue of item.
+func QueueName(item string) string { return QueuePrefix + item }
+
+// Limits of a preheat.
+const (
+	MaxStock        = 10_000_000
+	MaxShards       = 64
+	MaxPerUserLimit = 100
+)
+
+// Status of an item as the public sees it.
+type Status string
+
+// Item statuses.
+const (
+	Upcoming Status = "upcoming"
+	Live     Status = "live"
+	SoldOut  Status = "sold_out"
+	Ended    Status = "ended"
+)
+
+// PurchaseStatus is where an admitted purchase stands.
+type PurchaseStatus string
+
+// Purchase statuses: reserved on admission, then confirmed (the order exists)
+// or released (the order could not be made; the stock went back).
+const (
+	Reserved  PurchaseStatus = "reserved"
+	Confirmed PurchaseStatus = "confirmed"
+	Released  PurchaseStatus = "released"
+)
+
+// Item is the configuration of a flash sale, as preheated.
+type Item struct {
+	ID           string
+	Stock        int64
+	StartsAt     time.Time
+	EndsAt       time.Time
+	PerUserLimit int
+	Shards       int
+	// Version changes with every preheat; it invalidates what containers
+	// remember of the item.
+	Version int64
+}
+
+// State is an item's public state.
+type State struct {
+	ItemID    string `json:"item_id"`
+	Status    Status `json:"status"`
+	StockLeft int64  `json:"stock_left"`
+	StartsAt  string `json:"starts_at"`
+	EndsAt    string `json:"ends_at"`
+}
+
+// Purchase is one admitted purchase.
+type Purchase struct {
+	ID       string
+	ItemID   string
+	UserID   string
+	Quantity int
+	Status   PurchaseStatus
+	OrderID  string
+	// Shard holds the purchase (where its stock was taken); Home is the
+	// user's home shard, which counts the user's purchases.
+	Shard     int
+	Home      int
+	Requeues  int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// PurchaseView is a purchase as the HTTP API shows it.
+type PurchaseView struct {
+	PurchaseID string         `json:"purchase_id"`
+	ItemID     string         `json:"item_id"`
+	Status     PurchaseStatus `json:"status"`
+	Quantity   int            `json:"quantity"`
+	OrderID    *string        `json:"order_id"`
+	CreatedAt  string         `json:"created_at"`
+}
+
+// View returns the API representation of p.
+func (p Purchase) View() PurchaseView {
+	v := PurchaseView{PurchaseID: p.ID, ItemID: p.ItemID, Status: p.Status, Quantity: p.Quantity,
+		CreatedAt: clock.Format(p.CreatedAt)}
+	if p.OrderID != "" {
+		v.OrderID = &p.OrderID
+	}
+	return v
+}
+
+// Domain outcomes, mapped to HTTP problems at the edge.
+var (
+	ErrNotFound         = errors.New("seckill: no such item")
+	ErrNoPurchase       = errors.New("seckill: no purchase")
+	ErrNotStarted       = errors.New("seckill: sale not started")
+	ErrEnded            = errors.New("seckill: sale ended")
+	ErrSoldOut          = errors.New("seckill: sold out")
+	ErrAlreadyPurchased = errors.New("seckill: per-user limit reached")
+	ErrBacklogFull      = errors.New("seckill: order backlog full")
+	// ErrOrdersPending: a preheat would drop admitted purchases whose order
+	// is not made yet.
+	ErrOrdersPending = errors.New("seckill: admitted purchases still wait for their orders")
+	// ErrPermanent marks an order that can never be created.
+	ErrPermanent = errors.New("seckill: order refused")
+)
+
+var itemIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidItemID reports whether id can name an item.
+func ValidItemID(id string) bool { return itemIDRe.MatchString(id) }

@@ -1,0 +1,342 @@
+package seckill
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/shared/delayq"
+)
+
+var (
+	//go:embed lua/admit.lua
+	admitSrc string
+	//go:embed lua/take.lua
+	takeSrc string
+	//go:embed lua/settle.lua
+	settleSrc string
+	//go:embed lua/unclaim.lua
+	unclaimSrc string
+	//go:embed lua/settle_order.lua
+	settleOrderSrc string
+	//go:embed lua/repair.lua
+	repairSrc string
+	//go:embed lua/preheat.lua
+	preheatSrc string
+
+	admitScript       = redis.NewScript(admitSrc)
+	takeScript        = redis.NewScript(takeSrc)
+	settleScript      = redis.NewScript(settleSrc)
+	unclaimScript     = redis.NewScript(unclaimSrc)
+	settleOrderScript = redis.NewScript(settleOrderSrc)
+	repairScript      = redis.NewScript(repairSrc)
+	preheatScript     = redis.NewScript(preheatSrc)
+)
+
+// Store is the flash sale's Redis state: item shards, buyers, purchases,
+// holds and each item's order queue.
+type Store struct {
+	rdb    redis.Cmdable
+	prefix string
+}
+
+// NewStore returns the Store on rdb with key prefix (default "hg:").
+func NewStore(rdb redis.Cmdable, prefix string) *Store {
+	if prefix == "" {
+		prefix = "hg:"
+	}
+	return &Store{rdb: rdb, prefix: prefix}
+}
+
+// Queue returns the order queue of an item with shards shards.
+func (s *Store) Queue(item string, shards int) (*delayq.Queue, error) {
+	return delayq.New(s.rdb, delayq.Options{Prefix: s.prefix, Name: QueueName(item), Kind: JobKind, Shards: shards})
+}
+
+func (s *Store) keys(item string, n int) shardKeys {
+	return newShardKeys(delayq.KeysOf(s.prefix, QueueName(item), n))
+}
+
+// Shards returns the registered shard count of item, 0 if it is unknown.
+func (s *Store) Shards(ctx context.Context, item string) (int, error) {
+	v, err := s.rdb.HGet(ctx, registryKey(s.prefix), item).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("seckill: look up %s: %w", item, err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("seckill: registry entry of %s: %q", item, v)
+	}
+	return n, nil
+}
+
+// Items returns every registered item with its shard count.
+func (s *Store) Items(ctx context.Context) (map[string]int, error) {
+	all, err := s.rdb.HGetAll(ctx, registryKey(s.prefix)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("seckill: list items: %w", err)
+	}
+	out := make(map[string]int, len(all))
+	for item, v := range all {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			out[item] = n
+		}
+	}
+	return out, nil
+}
+
+// shardMeta is one shard's meta hash.
+type shardMeta struct {
+	version                                  int64
+	shards                                   int
+	starts, ends                             time.Time
+	limit                                    int
+	stock, left, pending, admitted, confirmd int64
+	released                                 int64
+}
+
+var metaFields = []string{"version", "shards", "starts", "ends", "limit", "stock", "left", "pending", "admitted", "confirmed", "released"}
+
+// metas reads the meta of every shard of item, in one pipelined round trip.
+// A shard without meta gives ok=false.
+func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta, bool, error) {
+	cmds := make([]*redis.SliceCmd, shards)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n := range shards {
+			k := s.keys(item, n)
+			cmds[n] = p.HMGet(ctx, k.Meta, metaFields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("seckill: read %s: %w", item, err)
+	}
+	out := make([]shardMeta, shards)
+	for n, c := range cmds {
+		vals := c.Val()
+		if len(vals) != len(metaFields) || vals[0] == nil {
+			return nil, false, nil
+		}
+		num := func(i int) int64 {
+			str, _ := vals[i].(string)
+			v, _ := strconv.ParseInt(str, 10, 64)
+			return v
+		}
+		out[n] = shardMeta{
+			version: num(0), shards: int(num(1)), starts: time.UnixMilli(num(2)).UTC(), ends: time.UnixMilli(num(3)).UTC(),
+			limit: int(num(4)), stock: num(5), left: num(6), pending: num(7), admitted: num(8), confirmd: num(9), released: num(10),
+		}
+	}
+	return out, true, nil
+}
+
+// admission is the answer of the admit and take scripts.
+type admission struct {
+	code    int64
+	version int64
+	extra   int64
+}
+
+const (
+	codeUnknown      = 0
+	codeStaleShards  = 1
+	codeNotStarted   = 2
+	codeEnded        = 3
+	codeLimitReached = 4
+	codeBacklogFull  = 5
+	codeAdmitted     = 6
+	codeSoldOut      = 7
+	codeHold         = 8
+	codeHoldExpired  = 9
+)
+
+func decodeAdmission(res []any, withVersion bool) (admission, error) {
+	var a admission
+	if len(res) == 0 {
+		return a, errors.New("empty reply")
+	}
+	a.code, _ = res[0].(int64)
+	rest := res[1:]
+	if withVersion && len(rest) > 0 {
+		v, _ := rest[0].(string)
+		a.version, _ = strconv.ParseInt(v, 10, 64)
+		rest = rest[1:]
+	}
+	if len(rest) > 0 {
+		switch x := rest[0].(type) {
+		case int64:
+			a.extra = x
+		case string:
+			a.extra, _ = strconv.ParseInt(x, 10, 64)
+		}
+	}
+	return a, nil
+}
+
+type attempt struct {
+	item, user, pid   string
+	qty, shards, home int
+	now, holdUntil    time.Time
+	backlog           int64
+	version           int64
+}
+
+func (s *Store) admit(ctx context.Context, a attempt) (admission, error) {
+	k := s.keys(a.item, a.home)
+	res, err := admitScript.Run(ctx, s.rdb, []string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due},
+		a.user, a.qty, a.now.UnixMilli(), a.pid, a.shards, a.backlog, a.holdUntil.UnixMilli(), a.home).Slice()
+	if err != nil {
+		return admission{}, fmt.Errorf("seckill: admit on %s: %w", k.Tag, err)
+	}
+	return decodeAdmission(res, true)
+}
+
+func (s *Store) take(ctx context.Context, a attempt, n int) (admission, error) {
+	k := s.keys(a.item, n)
+	res, err := takeScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Due},
+		a.user, a.qty, a.now.UnixMilli(), a.pid, a.backlog, a.holdUntil.UnixMilli(), a.home, a.version).Slice()
+	if err != nil {
+		return admission{}, fmt.Errorf("seckill: take on %s: %w", k.Tag, err)
+	}
+	return decodeAdmission(res, false)
+}
+
+func holdMember(pid string, qty int, user string) string {
+	return pid + "|" + strconv.Itoa(qty) + "|" + user
+}
+
+func (s *Store) settle(ctx context.Context, a attempt, n int) error {
+	k := s.keys(a.item, a.home)
+	err := settleScript.Run(ctx, s.rdb, []string{k.Users, k.Holds}, a.user, a.pid, n, holdMember(a.pid, a.qty, a.user)).Err()
+	if err != nil {
+		return fmt.Errorf("seckill: settle hold on %s: %w", k.Tag, err)
+	}
+	return nil
+}
+
+// unclaim gives a purchase's quantity back to the user's limit on the home
+// shard; with hold, only if the hold is still there.
+func (s *Store) unclaim(ctx context.Context, item string, home int, user, pid string, qty int, hold bool) (bool, error) {
+	k := s.keys(item, home)
+	member := ""
+	if hold {
+		member = holdMember(pid, qty, user)
+	}
+	n, err := unclaimScript.Run(ctx, s.rdb, []string{k.Users, k.Holds}, user, pid, qty, member).Int()
+	if err != nil {
+		return false, fmt.Errorf("seckill: give back the limit on %s: %w", k.Tag, err)
+	}
+	return n == 1, nil
+}
+
+// Purchase reads a purchase record of shard n.
+func (s *Store) Purchase(ctx context.Context, item string, n int, pid string) (Purchase, error) {
+	k := s.keys(item, n)
+	rec, err := s.rdb.HGet(ctx, k.Purchases, pid).Result()
+	if errors.Is(err, redis.Nil) {
+		return Purchase{}, ErrNoPurchase
+	}
+	if err != nil {
+		return Purchase{}, fmt.Errorf("seckill: read purchase %s: %w", pid, err)
+	}
+	return decodePurchase(item, n, pid, rec)
+}
+
+// settleOrder ends a reserved purchase as confirmed (with orderID) or
+// released. It reports whether this call ended it, and the record after.
+func (s *Store) settleOrder(ctx context.Context, item string, n int, pid string, to PurchaseStatus, orderID string, now time.Time) (Purchase, bool, error) {
+	k := s.keys(item, n)
+	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases}, pid, string(to), orderID, now.UnixMilli()).Slice()
+	if err != nil {
+		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, pid, err)
+	}
+	code, _ := res[0].(int64)
+	if code == 0 {
+		return Purchase{}, false, ErrNoPurchase
+	}
+	rec, _ := res[1].(string)
+	p, err := decodePurchase(item, n, pid, rec)
+	return p, code == 1, err
+}
+
+// decodePurchase reads "status|qty|created|updated|home|requeues|order|user".
+func decodePurchase(item string, shard int, pid, rec string) (Purchase, error) {
+	f := strings.SplitN(rec, "|", 8)
+	if len(f) != 8 {
+		return Purchase{}, fmt.Errorf("seckill: purchase %s: bad record %q", pid, rec)
+	}
+	nums := make([]int64, 5)
+	for i := range nums {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return Purchase{}, fmt.Errorf("seckill: purchase %s: bad record %q", pid, rec)
+		}
+		nums[i] = v
+	}
+	return Purchase{
+		ID: pid, ItemID: item, UserID: f[7], Quantity: int(nums[0]), Status: PurchaseStatus(f[0]), OrderID: f[6],
+		Shard: shard, Home: int(nums[3]), Requeues: int(nums[4]),
+		CreatedAt: time.UnixMilli(nums[1]).UTC(), UpdatedAt: time.UnixMilli(nums[2]).UTC(),
+	}, nil
+}
+
+// userPurchases returns the user's purchases from the home shard's list, in
+// the order made: where each lives (-1 while held).
+func (s *Store) userPurchases(ctx context.Context, item string, home int, user string) ([]purchaseRef, error) {
+	k := s.keys(item, home)
+	entry, err := s.rdb.HGet(ctx, k.Users, user).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("seckill: read buyer: %w", err)
+	}
+	_, list, _ := strings.Cut(entry, "|")
+	var refs []purchaseRef
+	for _, it := range strings.Split(list, ",") {
+		pid, at, ok := strings.Cut(it, "@")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(at, "!"))
+		if err != nil {
+			n = -1 // held: its stock is being taken elsewhere
+		}
+		refs = append(refs, purchaseRef{pid: pid, shard: n})
+	}
+	return refs, nil
+}
+
+type purchaseRef struct {
+	pid   string
+	shard int
+}
+
+// preheatShard resets shard n of item (it.Shards 0 drops the shard). It returns false
+// when orders are pending there.
+func (s *Store) preheatShard(ctx context.Context, it Item, n int, stock int64) (bool, error) {
+	k := s.keys(it.ID, n)
+	ok, err := preheatScript.Run(ctx, s.rdb,
+		[]string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due, k.Inflight, k.Dead},
+		it.Version, it.Shards, it.StartsAt.UnixMilli(), it.EndsAt.UnixMilli(), it.PerUserLimit, stock).Int()
+	if err != nil {
+		return false, fmt.Errorf("seckill: preheat %s: %w", k.Tag, err)
+	}
+	return ok == 1, nil
+}
+
+func (s *Store) register(ctx context.Context, item string, shards int) error {
+	if err := s.rdb.HSet(ctx, registryKey(s.prefix), item, shards).Err(); err != nil {
+		return fmt.Errorf("seckill: register %s: %w", item, err)
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+// Package signedpost sends signed JSON POSTs to outside parties: the payout
+// provider and finance's webhook. It owns what both need to be safe with a
+// server we do not control: no redirects, bounded reads, and error text that
+// shows neither our secrets nor the URL's credentials. Deciding what an answer
+// means is left to the caller.
+package signedpost
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/signature"
+)
+
+// MaxBody bounds what is read of an answer (and again what is drained after
+// it): a real answer is small, a broken one may be endless.
+const MaxBody = 64 << 10
+
+// Options configures an Endpoint.
+type Options struct {
+	// Name and Party word New's errors: "<Name>: <Party> url …", as in
+	// "payout: provider url …" or "finance: webhook url …".
+	Name, Party string
+	// URL receives the POSTs: http or https, with a host.
+	URL string
+	// Secret signs every body; it must not be empty.
+	Secret []byte
+	// Timeout bounds one POST; 0 means DefaultTimeout, which must then be
+	// positive.
+	Timeout, DefaultTimeout time.Duration
+	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
+	// and the copy never follows redirects.
+	HTTPClient *http.Client
+	// Clock stamps signatures; nil means clock.System.
+	Clock clock.Clock
+	// UserAgent is sent when not empty; otherwise net/http's default is.
+	UserAgent string
+}
+
+// Endpoint is one outside URL that receives signed POSTs. It is safe for
+// concurrent use.
+type Endpoint struct {
+	url       string
+	where     string
+	secret    []byte
+	timeout   time.Duration
+	client    *http.Client
+	clock     clock.Clock
+	userAgent string
+}
+
+// New checks o and returns an Endpoint.
+func New(o Options) (*Endpoint, error) {
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		// url's error repeats the input, which may hold credentials.
+		return nil, fmt.Errorf("%s: %s url does not parse", o.Name, o.Party)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return nil, fmt.Errorf("%s: %s url %q is not an absolute http(s) url with a host", o.Name, o.Party, redact(u))
+	}
+	if len(o.Secret) == 0 {
+		return nil, fmt.Errorf("%s: %s needs a signing secret", o.Name, o.Party)
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%s: negative %s timeout %s", o.Name, o.Party, o.Timeout)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = o.DefaultTimeout
+	}
+	if o.Timeout <= 0 {
+		// A zero deadline would fail every call before it is sent.
+		return nil, fmt.Errorf("%s: no %s timeout", o.Name, o.Party)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.System{}
+	}
+	client := &http.Client{}
+	if o.HTTPClient != nil {
+		c := *o.HTTPClient // a copy: the caller's client keeps its policy
+		client = &c
+	}
+	// A redirect would resend a signed body to a URL we were never given.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Endpoint{
+		url:       u.String(),
+		where:     redact(u),
+		secret:    bytes.Clone(o.Secret),
+		timeout:   o.Timeout,
+		client:    client,
+		clock:     o.Clock,
+		userAgent: o.UserAgent,
+	}, nil
+}
+
+// Where is the URL without user info, query or fragment, fit for error text.
+func (e *Endpoint) Where() string { return e.where }
+
+// Response is an answer, read and closed.
+type Response struct {
+	StatusCode int
+	// Status is the status line as the server sent it, e.g. "502 Bad Gateway".
+	Status string
+	Header http.Header
+	// Body is at most MaxBody bytes of the answer, untrusted.
+	Body []byte
+	// BodyErr is why reading Body stopped early, if it did.
+	BodyErr error
+
+	secrets []string // what Text hides
+}
+
+// Redirect is the Location of a 3xx answer (untrusted text), or "".
+func (r Response) Redirect() string {
+	if r.StatusCode < 300 || r.StatusCode > 399 {
+		return ""
+	}
+	return r.Header.Get("Location")
+}
+
+// Text is Body as a string with the request's signature, its MAC and the
+// secret replaced by "[redacted]": some servers echo request headers back.
+func (r Response) Text() string {
+	s := string(r.Body)
+	for _, x := range r.secrets {
+		s = strings.ReplaceAll(s, x, "[redacted]")
+	}
+	return s
+}
+
+// PostError is a POST that got no answer: the request could not be built or
+// sent, or no answer came in time.
+type PostError struct {
+	// Where is the URL as Endpoint.Where gives it.
+	Where string
+	// Timeout is the endpoint's own limit when that is what ran out; 0 when
+	// anything else, the caller's context included, ended the call.
+	Timeout time.Duration
+	// Err is the cause, without the *url.Error around it: that repeats the
+	// full URL, credentials and all.
+	Err error
+}
+
+func (e *PostError) Error() string {
+	if e.Timeout > 0 {
+		return fmt.Sprintf("post %s: no answer within %s: %v", e.Where, e.Timeout, e.Err)
+	}
+	return fmt.Sprintf("post %s: %v", e.Where, e.Err)
+}
+
+// Unwrap lets errors.Is find context.DeadlineExceeded or context.Canceled.
+func (e *PostError) Unwrap() error { return e.Err }
+
+// Post sends body, signed, with idempotencyKey as its Idempotency-Key, and
+// returns whatever status the server answered. Its error, if any, is a
+// *PostError.
+func (e *Endpoint) Post(ctx context.Context, body []byte, idempotencyKey string) (Response, error) {
+	callCtx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, e.url, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, &PostError{Where: e.where, Err: err}
+	}
+	sig := signature.Sign(e.secret, e.clock.Now(), body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", idempotencyKey)
+	req.Header.Set(signature.Header, sig)
+	if e.userAgent != "" {
+		req.Header.Set("User-Agent", e.userAgent)
+	}
+
+	resp, err := e.client.Do(req)
+	if err != nil {
+		pe := &PostError{Where: e.where, Err: err}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			pe.Err = ue.Err
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil { // ours, not the caller's
+			pe.Timeout = e.timeout
+		}
+		return Response{}, pe
+	}
+	got, readErr := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+	drain(resp.Body)
+
+	secrets := []string{sig, string(e.secret)}
+	if _, mac, ok := strings.Cut(sig, "v1="); ok && mac != "" {
+		secrets = append(secrets, mac)
+	}
+	return Response{
+		StatusCode: resp.StatusCode,
+		Status:     resp.Status,
+		Header:     resp.Header,
+		Body:       got,
+		BodyErr:    readErr,
+		secrets:    secrets,
+	}, nil
+}
+
+// drain reads what is left of a body, within bounds, so the connection can be
+// reused; past the bound, closing drops the connection instead.
+func drain(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, MaxBody))
+	_ = body.Close()
+}
+
+// Clean makes untrusted text safe for one log line: at most n bytes of valid
+// UTF-8, line breaks and tabs as spaces, other control and format characters
+// (escape sequences, bidi overrides) dropped.
+func Clean(s string, n int) string {
+	if n = max(n, 0); len(s) > n {
+		s = s[:n]
+	}
+	s = strings.ToValidUTF8(s, "")
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.In(r, unicode.Cc, unicode.Cf):
+			return -1
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s)
+}
+
+// redact is u without user info, query or fragment, which may hold tokens.
+func redact(u *url.URL) string {
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	return r.String()
+}

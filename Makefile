@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
-FUNCTIONS := enqueue poller consumer
+FUNCTIONS := enqueue seckill poller consumer
 # Lambda runs the functions on provided.al2023, arm64.
 LAMBDA_ARCH ?= arm64
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/redisconn"
+	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -57,8 +59,17 @@ type App struct {
 	Withdrawals *delayq.Queue
 	Ledger      *ledger.Redis
 	Service     *withdrawal.Service
+	// Items is the flash sale's Redis state, Seckill its API, Orders the
+	// order ledger.
+	Items   *seckill.Store
+	Seckill *seckill.Service
+	Orders  seckill.OrderLedger
 
 	scheduled atomic.Pointer[func(time.Time)]
+
+	mu          sync.Mutex
+	itemQueues  map[string]*delayq.Queue
+	itemsListed time.Time
 }
 
 // Connect returns the Redis client of cfg.RedisURL.
@@ -81,14 +92,18 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q, Ledger: ledger.NewRedis(rdb, q)}
+	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q, Ledger: ledger.NewRedis(rdb, q),
+		Items: seckill.NewStore(rdb, cfg.RedisPrefix), Orders: ledger.NewRedisOrders(rdb, cfg.RedisPrefix),
+		itemQueues: map[string]*delayq.Queue{}}
 	a.Service, err = withdrawal.NewService(withdrawal.Config{
-		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor,
-		OnScheduled: func(due time.Time) {
-			if f := a.scheduled.Load(); f != nil {
-				(*f)(due)
-			}
-		},
+		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor, OnScheduled: a.notifyScheduled,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Seckill, err = seckill.NewService(seckill.Config{
+		Store: a.Items, Clock: a.Clock, Logger: log, Backlog: cfg.OrderBacklog, Memory: cfg.SoldOutMemory,
+		OnScheduled: a.notifyScheduled,
 	})
 	if err != nil {
 		return nil, err
@@ -96,32 +111,114 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	return a, nil
 }
 
+func (a *App) notifyScheduled(due time.Time) {
+	if f := a.scheduled.Load(); f != nil {
+		(*f)(due)
+	}
+}
+
 // OnScheduled sets what hears of every newly scheduled due time.
 func (a *App) OnScheduled(f func(time.Time)) { a.scheduled.Store(&f) }
 
-// Queues lists the delay queues the poller drains.
-func (a *App) Queues(context.Context) ([]*delayq.Queue, error) {
-	return []*delayq.Queue{a.Withdrawals}, nil
+// itemsTTL is how long the list of flash-sale items (and so of their order
+// queues) is trusted before it is read again.
+const itemsTTL = time.Second
+
+// Queues lists the delay queues the poller drains: withdrawals, and the order
+// queue of every registered flash-sale item.
+func (a *App) Queues(ctx context.Context) ([]*delayq.Queue, error) {
+	if err := a.refreshItems(ctx, false); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	qs := make([]*delayq.Queue, 0, 1+len(a.itemQueues))
+	qs = append(qs, a.Withdrawals)
+	for _, q := range a.itemQueues {
+		qs = append(qs, q)
+	}
+	return qs, nil
 }
 
-func (a *App) queue(name string) (*delayq.Queue, error) {
+func (a *App) refreshItems(ctx context.Context, force bool) error {
+	now := a.Clock.Now()
+	a.mu.Lock()
+	fresh := !force && now.Sub(a.itemsListed) < itemsTTL
+	a.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	items, err := a.Items.Items(ctx)
+	if err != nil {
+		return err
+	}
+	qs := make(map[string]*delayq.Queue, len(items))
+	for item, shards := range items {
+		q, err := a.Items.Queue(item, shards)
+		if err != nil {
+			return err
+		}
+		qs[q.Name()] = q
+	}
+	a.mu.Lock()
+	a.itemQueues, a.itemsListed = qs, now
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *App) queue(ctx context.Context, name string) (*delayq.Queue, error) {
 	if name == a.Withdrawals.Name() {
 		return a.Withdrawals, nil
+	}
+	for attempt := range 2 {
+		a.mu.Lock()
+		q, ok := a.itemQueues[name]
+		a.mu.Unlock()
+		if ok {
+			return q, nil
+		}
+		if attempt == 0 {
+			if err := a.refreshItems(ctx, true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return nil, fmt.Errorf("app: no queue %q", name)
 }
 
-// Router returns the HTTP API: withdrawals, operator stats and health.
+// Router returns the whole HTTP API, as the local stack serves it.
 func (a *App) Router() *httpapi.Router {
+	return a.router(a.withdrawalRoutes, a.seckillRoutes, a.opsRoutes)
+}
+
+// WithdrawalAPI returns the enqueue function's routes: withdrawals, operator
+// stats and health.
+func (a *App) WithdrawalAPI() *httpapi.Router { return a.router(a.withdrawalRoutes, a.opsRoutes) }
+
+// SeckillAPI returns the seckill function's routes: the flash sale and health.
+func (a *App) SeckillAPI() *httpapi.Router { return a.router(a.seckillRoutes, a.opsRoutes) }
+
+func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
 	rt := httpapi.NewRouter(httpapi.Auth{
 		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken),
 	}, a.Log, requestTimeout)
+	for _, register := range parts {
+		register(rt)
+	}
+	return rt
+}
+
+func (a *App) withdrawalRoutes(rt *httpapi.Router) {
 	httpapi.Withdrawals{Service: a.Service}.Register(rt)
+}
+
+func (a *App) seckillRoutes(rt *httpapi.Router) { httpapi.Seckill{Service: a.Seckill}.Register(rt) }
+
+func (a *App) opsRoutes(rt *httpapi.Router) {
 	httpapi.Ops{
-		Queues: a.Queues, Clock: a.Clock,
+		Queues: a.Queues, Items: a.Items, Clock: a.Clock,
 		Ping: func(ctx context.Context) error { return redisconn.Ping(ctx, a.Redis) },
 	}.Register(rt)
-	return rt
 }
 
 // Provider returns the payout provider: the HTTP client of PAYOUT_URL, or,
@@ -174,8 +271,12 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 // Consumer returns the job-message handler. With ack (the local stand-in),
 // each finished job's lease is acked.
 func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
+	orders := seckill.NewOrderProcessor(a.Items, a.Orders, a.Clock, a.Log)
 	cfg := consumer.Config{
-		Jobs:   map[string]consumer.JobFunc{withdrawal.JobKind: consumer.Withdrawals(p)},
+		Jobs: map[string]consumer.JobFunc{
+			withdrawal.JobKind: consumer.Withdrawals(p),
+			seckill.JobKind:    consumer.Orders(orders),
+		},
 		Logger: a.Log,
 	}
 	if ack {
@@ -186,7 +287,7 @@ func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
 
 // Ack finishes a job's lease.
 func (a *App) Ack(ctx context.Context, job delayq.Job) error {
-	q, err := a.queue(job.Queue)
+	q, err := a.queue(ctx, job.Queue)
 	if err != nil {
 		return err
 	}
@@ -196,7 +297,7 @@ func (a *App) Ack(ctx context.Context, job delayq.Job) error {
 
 // Kill moves a job that kept failing to its queue's dead set.
 func (a *App) Kill(ctx context.Context, job delayq.Job) error {
-	q, err := a.queue(job.Queue)
+	q, err := a.queue(ctx, job.Queue)
 	if err != nil {
 		return err
 	}
@@ -218,8 +319,19 @@ func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
 				}
 				return err
 			},
+		}, {
+			Name: "seckill-compensation", Every: a.Config.CompensationInterval,
+			Run: func(ctx context.Context, now time.Time) error {
+				_, err := a.Compensation().Run(ctx, now)
+				return err
+			},
 		}},
 	})
+}
+
+// Compensation returns the flash-sale compensation pass.
+func (a *App) Compensation() *seckill.Compensation {
+	return &seckill.Compensation{Store: a.Items, Clock: a.Clock, Log: a.Log, ReservedTimeout: a.Config.ReservedTimeout}
 }
 
 // AWSConfig loads the AWS SDK configuration of the Lambda environment.

@@ -78,6 +78,18 @@ type Config struct {
 	// before it moves the job to the dead set (SQS's maxReceiveCount).
 	MaxReceives int `env:"HOURGLASS_MAX_RECEIVES" envDefault:"10"`
 
+	// OrderBacklog bounds a flash-sale item's admitted purchases whose order
+	// is not made yet; past it purchases answer 429 backlog_full.
+	OrderBacklog int64 `env:"HOURGLASS_ORDER_BACKLOG" envDefault:"50000"`
+	// SoldOutMemory is how long a container refuses purchases of an item it
+	// saw sold out or ended without asking Redis.
+	SoldOutMemory time.Duration `env:"HOURGLASS_SOLDOUT_MEMORY" envDefault:"1s"`
+	// CompensationInterval is how often the poller runs the flash-sale
+	// compensation pass; ReservedTimeout is how old a purchase without its
+	// order must be before that pass acts on it.
+	CompensationInterval time.Duration `env:"HOURGLASS_COMPENSATION_INTERVAL" envDefault:"1m"`
+	ReservedTimeout      time.Duration `env:"HOURGLASS_RESERVED_TIMEOUT" envDefault:"5m"`
+
 	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
 	Currencies []string `env:"HOURGLASS_CURRENCIES" envDefault:"CNY,USD,EUR,JPY" envSeparator:","`
 }
@@ -179,6 +191,7 @@ func (c Config) problems() []problem {
 		{"HOURGLASS_MAX_DELAY", c.MaxDelay}, {"HOURGLASS_RETRY_BASE", c.RetryBase}, {"HOURGLASS_RETRY_CAP", c.RetryCap},
 		{"HOURGLASS_LEASE", c.Lease}, {"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval},
 		{"HOURGLASS_VISIBILITY_TIMEOUT", c.Visibility},
+		{"HOURGLASS_COMPENSATION_INTERVAL", c.CompensationInterval}, {"HOURGLASS_RESERVED_TIMEOUT", c.ReservedTimeout},
 	} {
 		if d.d <= 0 {
 			bad(d.name, "must be a positive duration, got %s", d.d)
@@ -192,6 +205,12 @@ func (c Config) problems() []problem {
 	}
 	if c.PollerMargin < 0 {
 		bad("HOURGLASS_POLLER_MARGIN", "must not be negative")
+	}
+	if c.SoldOutMemory < 0 {
+		bad("HOURGLASS_SOLDOUT_MEMORY", "must not be negative")
+	}
+	if c.OrderBacklog < 1 {
+		bad("HOURGLASS_ORDER_BACKLOG", "must be at least 1")
 	}
 	if c.MaxAttempts < 1 {
 		bad("HOURGLASS_MAX_ATTEMPTS", "must be at least 1")

@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/dispatch"
+	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -99,5 +101,16 @@ func Withdrawals(p *withdrawal.Processor) JobFunc {
 			return fmt.Errorf("consumer: payout job from queue %q", job.Queue)
 		}
 		return p.Process(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID})
+	}
+}
+
+// Orders returns the JobFunc of flash-sale order jobs.
+func Orders(p *seckill.OrderProcessor) JobFunc {
+	return func(ctx context.Context, job delayq.Job) error {
+		item, ok := strings.CutPrefix(job.Queue, seckill.QueuePrefix)
+		if !ok || !seckill.ValidItemID(item) {
+			return fmt.Errorf("consumer: order job from queue %q", job.Queue)
+		}
+		return p.Process(ctx, item, job.Shard, job.ID)
 	}
 }

@@ -10,11 +10,13 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ops"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // Ops serves the operator and health routes.
 type Ops struct {
 	Queues func(ctx context.Context) ([]*delayq.Queue, error)
+	Items  *seckill.Store
 	Clock  clock.Clock
 	// Ping checks the dependencies /healthz vouches for.
 	Ping func(ctx context.Context) error
@@ -31,7 +33,7 @@ func (h Ops) stats(ctx context.Context, _ *Request) (events.APIGatewayV2HTTPResp
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	snap, err := ops.Collect(ctx, h.Clock.Now(), qs)
+	snap, err := ops.Collect(ctx, h.Clock.Now(), qs, h.Items)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}

@@ -42,6 +42,12 @@ const (
 	CodeIdempotencyConflict  = "idempotency_conflict"
 	CodeIdempotencyInFlight  = "idempotency_in_flight"
 	CodeNotCancellable       = "not_cancellable"
+	CodeAlreadyPurchased     = "already_purchased"
+	CodeNotStarted           = "not_started"
+	CodeSoldOut              = "sold_out"
+	CodeEnded                = "ended"
+	CodeBacklogFull          = "backlog_full"
+	CodeOrdersPending        = "orders_pending"
 	CodeRateLimited          = "rate_limited"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
@@ -58,6 +64,12 @@ var titles = map[string]string{
 	CodeIdempotencyConflict:  "Idempotency key reused with another request",
 	CodeIdempotencyInFlight:  "A request with this idempotency key is in progress",
 	CodeNotCancellable:       "The withdrawal can no longer be cancelled",
+	CodeAlreadyPurchased:     "The per-user limit of this item is reached",
+	CodeNotStarted:           "The sale has not started",
+	CodeSoldOut:              "Sold out",
+	CodeEnded:                "The sale has ended",
+	CodeBacklogFull:          "Too many orders waiting",
+	CodeOrdersPending:        "Admitted purchases still wait for their orders",
 	CodeRateLimited:          "Too many requests",
 	CodeUnavailable:          "Service temporarily unavailable",
 	CodeInternal:             "Internal error",

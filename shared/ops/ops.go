@@ -7,24 +7,22 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // Snapshot is the body of GET /v1/admin/stats.
 type Snapshot struct {
-	Queues map[string]delayq.Stats `json:"queues"`
-	Items  map[string]ItemStats    `json:"items"`
+	Queues map[string]delayq.Stats      `json:"queues"`
+	Items  map[string]seckill.ItemStats `json:"items"`
 }
 
-// ItemStats are a flash-sale item's counters, summed over its stock shards.
-type ItemStats struct {
-	StockLeft int64 `json:"stock_left"`
-	Admitted  int64 `json:"admitted"`
-	Confirmed int64 `json:"confirmed"`
-}
-
-// Collect reads the counters of queues at now.
-func Collect(ctx context.Context, now time.Time, queues []*delayq.Queue) (Snapshot, error) {
-	s := Snapshot{Queues: make(map[string]delayq.Stats, len(queues)), Items: map[string]ItemStats{}}
+// Collect reads the counters of queues and of the flash-sale items at now.
+func Collect(ctx context.Context, now time.Time, queues []*delayq.Queue, items *seckill.Store) (Snapshot, error) {
+	s := Snapshot{Queues: make(map[string]delayq.Stats, len(queues))}
+	var err error
+	if s.Items, err = items.Stats(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	for _, q := range queues {
 		st, err := q.Stats(ctx, now)
 		if err != nil {

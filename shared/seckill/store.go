@@ -157,6 +157,7 @@ const (
 	codeSoldOut      = 7
 	codeHold         = 8
 	codeHoldExpired  = 9
+	codeTooMany      = 10
 )
 
 func decodeAdmission(res []any, withVersion bool) (admission, error) {
@@ -339,4 +340,37 @@ func (s *Store) register(ctx context.Context, item string, shards int) error {
 		return fmt.Errorf("seckill: register %s: %w", item, err)
 	}
 	return nil
+}
+
+// ItemStats are an item's counters, summed over its shards.
+type ItemStats struct {
+	StockLeft int64 `json:"stock_left"`
+	Admitted  int64 `json:"admitted"`
+	Confirmed int64 `json:"confirmed"`
+}
+
+// Stats returns the counters of every registered item.
+func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
+	items, err := s.Items(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]ItemStats, len(items))
+	for item, shards := range items {
+		metas, ok, err := s.metas(ctx, item, shards)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		var st ItemStats
+		for _, m := range metas {
+			st.StockLeft += m.left
+			st.Admitted += m.admitted
+			st.Confirmed += m.confirmd
+		}
+		out[item] = st
+	}
+	return out, nil
 }

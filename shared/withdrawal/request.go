@@ -1,7 +1,6 @@
 package withdrawal
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -114,31 +113,16 @@ var knownFields = map[string]bool{
 // Parse decodes and validates a request body at now. It returns a
 // *validation.Error naming every broken rule.
 func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil || raw == nil {
-		return Request{}, validation.New("body", "must be a JSON object")
-	}
-	if dec.More() {
-		return Request{}, validation.New("body", "must hold one JSON object and nothing after it")
-	}
 	verr := &validation.Error{}
-	var unknown []string
-	for k := range raw {
-		if !knownFields[k] {
-			unknown = append(unknown, k)
-		}
+	raw := verr.Object(body, knownFields, false)
+	if raw == nil {
+		return Request{}, verr
 	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		verr.Add(k, "unknown field")
-	}
-
 	var req Request
-	amount, amountOK := stringField(raw, "amount", verr)
-	currency, currencyOK := stringField(raw, "currency", verr)
+	amount, amountOK := verr.String(raw, "amount")
+	currency, currencyOK := verr.String(raw, "currency")
 	var destinationOK bool
-	req.Destination, destinationOK = stringField(raw, "destination", verr)
+	req.Destination, destinationOK = verr.String(raw, "destination")
 
 	if currencyOK {
 		if !r.accepts(currency) {
@@ -168,84 +152,40 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 		verr.Add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
 	}
 
-	when := r.parseDue(raw, now, verr)
-	if len(verr.Errors) > 0 {
-		return Request{}, verr
+	due, spelling := r.parseDue(raw, now, verr)
+	if err := verr.Err(); err != nil {
+		return Request{}, err
 	}
-	req.DueAt = when.due
-	req.Fingerprint = fingerprint(req, when.spelling)
+	req.DueAt = due
+	req.Fingerprint = fingerprint(req, spelling)
 	return req, nil
 }
 
-// stringField reads a required string field; it records the error itself.
-func stringField(raw map[string]json.RawMessage, name string, verr *validation.Error) (string, bool) {
-	v, ok := raw[name]
-	if !ok {
-		verr.Add(name, "is required")
-		return "", false
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-		verr.Add(name, "must be a string")
-		return "", false
-	}
-	return s, true
-}
-
-type due struct {
-	due time.Time
-	// spelling is how the request named the time, for the fingerprint.
-	spelling string
-}
-
-func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *validation.Error) due {
-	delayRaw, hasDelay := raw["delay_seconds"]
-	atRaw, hasAt := raw["process_at"]
+// parseDue reads delay_seconds or process_at; spelling says how the request
+// named the time, for the fingerprint.
+func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *validation.Error) (due time.Time, spelling string) {
 	now = now.Truncate(time.Millisecond)
+	_, hasDelay := raw["delay_seconds"]
+	at, hasAt, atOK := verr.Time(raw, "process_at")
 	switch {
 	case hasDelay && hasAt:
 		verr.Add("process_at", "give delay_seconds or process_at, not both")
 	case hasDelay:
-		var v any
-		dec := json.NewDecoder(bytes.NewReader(delayRaw))
-		dec.UseNumber()
-		_ = dec.Decode(&v)
-		n, isNumber := v.(json.Number)
-		secs, err := n.Int64()
-		if !isNumber || err != nil {
-			verr.Add("delay_seconds", "must be a whole number of seconds")
-			break
+		if secs, ok := verr.Int(raw, "delay_seconds", 0, 0, int64(r.MaxDelay/time.Second), false); ok {
+			return now.Add(time.Duration(secs) * time.Second), fmt.Sprintf("delay=%d", secs)
 		}
-		if secs < 0 || secs > int64(r.MaxDelay/time.Second) {
-			verr.Add("delay_seconds", "must lie within 0..%d", int64(r.MaxDelay/time.Second))
-			break
-		}
-		return due{due: now.Add(time.Duration(secs) * time.Second), spelling: fmt.Sprintf("delay=%d", secs)}
-	case hasAt:
-		var s string
-		if err := json.Unmarshal(atRaw, &s); err != nil {
-			verr.Add("process_at", "must be an RFC 3339 time string")
-			break
-		}
-		at, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			verr.Add("process_at", "must be an RFC 3339 time such as \"2026-11-29T10:00:00.250Z\"")
-			break
-		}
-		at = at.UTC().Truncate(time.Millisecond)
-		if at.Before(now) {
-			verr.Add("process_at", "must not be in the past")
-			break
-		}
-		if at.Sub(now) > r.MaxDelay {
-			verr.Add("process_at", "must be at most %s ahead", r.MaxDelay)
-			break
-		}
-		return due{due: at, spelling: "at=" + clock.Format(at)}
+	case !hasAt:
+		return now.Add(r.DefaultDelay), "default"
+	case !atOK:
+		// verr says what is wrong with it
+	case at.Before(now):
+		verr.Add("process_at", "must not be in the past")
+	case at.Sub(now) > r.MaxDelay:
+		verr.Add("process_at", "must be at most %s ahead", r.MaxDelay)
 	default:
-		return due{due: now.Add(r.DefaultDelay), spelling: "default"}
+		return at, "at=" + clock.Format(at)
 	}
-	return due{}
+	return time.Time{}, ""
 }
 
 func fingerprint(r Request, dueSpelling string) string {

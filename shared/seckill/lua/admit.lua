@@ -20,8 +20,9 @@
 -- (extra: the real one; nothing done); 2 not started (extra: starts); 3 ended;
 -- 4 per-user limit reached; 5 backlog full; 6 admitted (extra: stock left);
 -- 7 sold out; 8 no stock here: the user's quantity is held against the limit
--- and the caller may take stock from another shard. A repeated attempt with
--- the same purchase id answers as the first did.
+-- and the caller may take stock from another shard; 10 quantity above the
+-- per-user limit (extra: the limit). A repeated attempt with the same purchase
+-- id answers as the first did.
 local meta = redis.call('HMGET', KEYS[1], 'version', 'shards', 'starts', 'ends', 'limit', 'left', 'pending', 'admitted')
 local version = meta[1]
 if not version then
@@ -41,6 +42,9 @@ end
 local user = ARGV[1]
 local qty = tonumber(ARGV[2])
 local pid = ARGV[4]
+if qty > tonumber(meta[5]) then
+  return {10, version, meta[5]}
+end
 local bought = 0
 local list = ''
 local entry = redis.call('HGET', KEYS[2], user)

@@ -1,0 +1,83 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/shared/seckill"
+)
+
+// Seckill serves /v1/seckill/*.
+type Seckill struct {
+	Service *seckill.Service
+}
+
+// Register adds the flash-sale routes and their error mapping to rt.
+func (h Seckill) Register(rt *Router) {
+	rt.Handle(http.MethodPut, "/v1/seckill/items/{item_id}", Admin, true, h.preheat)
+	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}", Public, false, h.state)
+	rt.Handle(http.MethodPost, "/v1/seckill/items/{item_id}/purchases", User, true, h.purchase)
+	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}/purchases/me", User, false, h.mine)
+	rt.MapErrors(seckillProblem)
+}
+
+func (h Seckill) preheat(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	st, err := h.Service.Preheat(ctx, r.Params["item_id"], r.Body)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusOK, st)
+}
+
+func (h Seckill) state(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	st, err := h.Service.State(ctx, r.Params["item_id"])
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusOK, st)
+}
+
+func (h Seckill) purchase(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	p, err := h.Service.Purchase(ctx, r.Params["item_id"], r.UserID, r.Body)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusAccepted, p.View())
+}
+
+func (h Seckill) mine(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	p, err := h.Service.Mine(ctx, r.Params["item_id"], r.UserID)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusOK, p.View())
+}
+
+func seckillProblem(err error) *Problem {
+	switch {
+	case errors.Is(err, seckill.ErrNotFound):
+		return NewProblem(http.StatusNotFound, CodeNotFound, "no such item")
+	case errors.Is(err, seckill.ErrNoPurchase):
+		return NewProblem(http.StatusNotFound, CodeNotFound, "you have no purchase of this item")
+	case errors.Is(err, seckill.ErrAlreadyPurchased):
+		return NewProblem(http.StatusConflict, CodeAlreadyPurchased, "you already bought as much of this item as one buyer may")
+	case errors.Is(err, seckill.ErrNotStarted):
+		return NewProblem(http.StatusConflict, CodeNotStarted, strings.TrimPrefix(err.Error(), "seckill: "))
+	case errors.Is(err, seckill.ErrSoldOut):
+		return NewProblem(http.StatusGone, CodeSoldOut, "the item is sold out")
+	case errors.Is(err, seckill.ErrEnded):
+		return NewProblem(http.StatusGone, CodeEnded, "the sale has ended")
+	case errors.Is(err, seckill.ErrBacklogFull):
+		p := NewProblem(http.StatusTooManyRequests, CodeBacklogFull, "too many orders are waiting to be made; retry shortly")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, seckill.ErrOrdersPending):
+		return NewProblem(http.StatusConflict, CodeOrdersPending,
+			"purchases of the current sale still wait for their orders; preheat again once they are confirmed or released")
+	}
+	return nil
+}

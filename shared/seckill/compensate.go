@@ -1,0 +1,209 @@
+package seckill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/shared/clock"
+)
+
+// Defaults of the compensation pass.
+const (
+	DefaultReservedTimeout = 5 * time.Minute
+	DefaultMaxRequeues     = 3
+	DefaultHoldGrace       = 30 * time.Second
+	DefaultRetention       = 7 * 24 * time.Hour
+)
+
+// Compensation finds flash-sale work that fell through the cracks and ends
+// it: purchases still reserved long after admission whose order job is gone
+// (lost, or dead after failing every delivery) are enqueued again, a few times,
+// then released; holds whose buyer died mid-purchase are settled or given back;
+// items long ended leave the poller's list.
+type Compensation struct {
+	Store *Store
+	Clock clock.Clock
+	Log   *slog.Logger
+	// ReservedTimeout is how old a reserved purchase must be to be looked at.
+	ReservedTimeout time.Duration
+	MaxRequeues     int
+	// HoldGrace is how long past its deadline a hold is left alone (clock
+	// skew between containers).
+	HoldGrace time.Duration
+	// Retention is how long after its end an item stays registered.
+	Retention time.Duration
+}
+
+// Report counts what a pass did.
+type Report struct {
+	Requeued      int `json:"requeued"`
+	Released      int `json:"released"`
+	HoldsSettled  int `json:"holds_settled"`
+	HoldsReturned int `json:"holds_returned"`
+	Unregistered  int `json:"unregistered"`
+}
+
+func (c *Compensation) defaults() {
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.ReservedTimeout == 0 {
+		c.ReservedTimeout = DefaultReservedTimeout
+	}
+	if c.MaxRequeues == 0 {
+		c.MaxRequeues = DefaultMaxRequeues
+	}
+	if c.HoldGrace == 0 {
+		c.HoldGrace = DefaultHoldGrace
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+}
+
+// Run makes one pass over every registered item at now.
+func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
+	c.defaults()
+	var rep Report
+	items, err := c.Store.Items(ctx)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	for item, shards := range items {
+		if err := c.item(ctx, item, shards, now, &rep); err != nil {
+			errs = append(errs, fmt.Errorf("seckill: compensate %s: %w", item, err))
+		}
+	}
+	if rep != (Report{}) {
+		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released,
+			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered)
+	}
+	return rep, errors.Join(errs...)
+}
+
+func (c *Compensation) item(ctx context.Context, item string, shards int, now time.Time, rep *Report) error {
+	metas, ok, err := c.Store.metas(ctx, item, shards)
+	if err != nil || !ok {
+		return err
+	}
+	pending := int64(0)
+	for n, m := range metas {
+		pending += m.pending
+		if m.pending > 0 {
+			if err := c.reserved(ctx, item, n, now, rep); err != nil {
+				return err
+			}
+		}
+		if err := c.holds(ctx, item, shards, n, now, rep); err != nil {
+			return err
+		}
+	}
+	if pending == 0 && now.Sub(metas[0].ends) > c.Retention {
+		if err := c.Store.rdb.HDel(ctx, registryKey(c.Store.prefix), item).Err(); err != nil {
+			return err
+		}
+		rep.Unregistered++
+	}
+	return nil
+}
+
+// reserved follows up overdue reserved purchases of shard n.
+func (c *Compensation) reserved(ctx context.Context, item string, n int, now time.Time, rep *Report) error {
+	k := c.Store.keys(item, n)
+	before := now.Add(-c.ReservedTimeout)
+	var cursor uint64
+	for {
+		kv, next, err := c.Store.rdb.HScan(ctx, k.Purchases, cursor, "*", 500).Result()
+		if err != nil {
+			return err
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			p, err := decodePurchase(item, n, kv[i], kv[i+1])
+			if err != nil || p.Status != Reserved || !p.CreatedAt.Before(before) {
+				continue
+			}
+			res, err := repairScript.Run(ctx, c.Store.rdb, []string{k.Meta, k.Purchases, k.Due, k.Inflight, k.Dead},
+				p.ID, now.UnixMilli(), c.MaxRequeues, before.UnixMilli()).Slice()
+			if err != nil {
+				return err
+			}
+			switch code, _ := res[0].(int64); code {
+			case 1:
+				rep.Requeued++
+				c.Log.Warn("order job of a reserved purchase was lost; enqueued again", "item_id", item, "purchase_id", p.ID)
+			case 2:
+				rep.Released++
+				c.Log.Error("purchase released: its order could not be made", "item_id", item, "purchase_id", p.ID)
+				if _, err := c.Store.unclaim(ctx, item, p.Home, p.UserID, p.ID, p.Quantity, false); err != nil {
+					return err
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// holds ends the holds of home shard n whose deadline passed HoldGrace ago.
+func (c *Compensation) holds(ctx context.Context, item string, shards, n int, now time.Time, rep *Report) error {
+	k := c.Store.keys(item, n)
+	members, err := c.Store.rdb.ZRangeByScore(ctx, k.Holds, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(now.Add(-c.HoldGrace).UnixMilli(), 10), Count: 100,
+	}).Result()
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		f := strings.SplitN(m, "|", 3)
+		if len(f) != 3 {
+			continue
+		}
+		qty, _ := strconv.Atoi(f[1])
+		a := attempt{item: item, pid: f[0], qty: qty, user: f[2], home: n, shards: shards}
+		at, err := c.Store.find(ctx, item, shards, a.pid)
+		if err != nil {
+			return err
+		}
+		if at >= 0 {
+			if err := c.Store.settle(ctx, a, at); err != nil {
+				return err
+			}
+			rep.HoldsSettled++
+			continue
+		}
+		if _, err := c.Store.unclaim(ctx, item, n, a.user, a.pid, qty, true); err != nil {
+			return err
+		}
+		rep.HoldsReturned++
+	}
+	return nil
+}
+
+// find returns the shard that records purchase pid, or -1.
+func (s *Store) find(ctx context.Context, item string, shards int, pid string) (int, error) {
+	cmds := make([]*redis.BoolCmd, shards)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n := range shards {
+			cmds[n] = p.HExists(ctx, s.keys(item, n).Purchases, pid)
+		}
+		return nil
+	})
+	if err != nil {
+		return -1, err
+	}
+	for n, c := range cmds {
+		if c.Val() {
+			return n, nil
+		}
+	}
+	return -1, nil
+}

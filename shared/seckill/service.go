@@ -1,0 +1,429 @@
+package seckill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/validation"
+)
+
+// Defaults of a Service.
+const (
+	// DefaultBacklog bounds an item's orders admitted but not yet made.
+	DefaultBacklog = 50_000
+	// DefaultHold is how long a buyer's limit may be held while stock is
+	// taken from another shard; takes after it are refused.
+	DefaultHold = 10 * time.Second
+	// DefaultMemory is how long a container trusts what it saw (sold out,
+	// ended) before asking Redis again.
+	DefaultMemory = time.Second
+	// layoutTTL is how long a container trusts an item's shard count.
+	layoutTTL = time.Second
+)
+
+// Config configures a Service.
+type Config struct {
+	Store  *Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Backlog bounds an item's pending orders (split evenly over its shards);
+	// past it, purchases are refused with ErrBacklogFull.
+	Backlog int64
+	Hold    time.Duration
+	Memory  time.Duration
+	// OnScheduled, if set, hears of every order job scheduled (the local
+	// stack wakes its poller with it).
+	OnScheduled func(due time.Time)
+}
+
+// Service is the flash-sale API: preheat, item state, purchase, own purchase.
+type Service struct {
+	cfg Config
+
+	mu     sync.Mutex
+	layout map[string]layoutEntry
+	memory map[string]memoryEntry
+	// buyers are the users this container admitted, per item, so that a
+	// buyer's retry answers already_purchased even when the item is
+	// remembered sold out (a retry that reaches another container learns it
+	// from Redis).
+	buyers map[string]map[string]bool
+}
+
+type layoutEntry struct {
+	shards int
+	at     time.Time
+}
+
+// memoryEntry is the seed's "memory flag": an item this container saw sold
+// out or ended, refused without asking Redis until the entry expires, or a
+// preheat (a newer version) invalidates it.
+type memoryEntry struct {
+	version int64
+	err     error
+	at      time.Time
+}
+
+// maxRememberedBuyers bounds the buyers a container remembers per item.
+const maxRememberedBuyers = 100_000
+
+// NewService checks cfg, fills in defaults and returns a Service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Clock == nil {
+		return nil, errors.New("seckill: service needs a store and a clock")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Backlog == 0 {
+		cfg.Backlog = DefaultBacklog
+	}
+	if cfg.Hold == 0 {
+		cfg.Hold = DefaultHold
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = DefaultMemory
+	}
+	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
+		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
+	}
+	return &Service{cfg: cfg, layout: map[string]layoutEntry{}, memory: map[string]memoryEntry{},
+		buyers: map[string]map[string]bool{}}, nil
+}
+
+// NewPurchaseID returns a new purchase id; ids sort by creation time.
+func NewPurchaseID(now time.Time) string {
+	return "pu_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+}
+
+// OrderID is the id of the order made for a purchase: derived from it, so
+// making the order twice makes the same order.
+func OrderID(purchaseID string) string {
+	if len(purchaseID) > 3 && purchaseID[:3] == "pu_" {
+		return "or_" + purchaseID[3:]
+	}
+	return "or_" + purchaseID
+}
+
+// shards returns the item's shard count (0 when unknown), from this
+// container's cache when fresh.
+func (s *Service) shards(ctx context.Context, item string, now time.Time, fresh bool) (int, error) {
+	s.mu.Lock()
+	e, ok := s.layout[item]
+	s.mu.Unlock()
+	if ok && !fresh && now.Sub(e.at) < layoutTTL {
+		return e.shards, nil
+	}
+	n, err := s.cfg.Store.Shards(ctx, item)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.layout[item] = layoutEntry{shards: n, at: now}
+	s.mu.Unlock()
+	return n, nil
+}
+
+func (s *Service) remembered(item, user string, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.memory[item]
+	if !ok {
+		return nil
+	}
+	if now.Sub(e.at) >= s.cfg.Memory {
+		delete(s.memory, item)
+		return nil
+	}
+	if e.err == ErrSoldOut && s.buyers[item][user] {
+		return ErrAlreadyPurchased
+	}
+	return e.err
+}
+
+func (s *Service) remember(item string, version int64, err error, now time.Time) {
+	s.mu.Lock()
+	s.memory[item] = memoryEntry{version: version, err: err, at: now}
+	s.mu.Unlock()
+}
+
+// forget drops what the container remembers of item, unless it is about a
+// version at least as new as version (0: forget regardless).
+func (s *Service) forget(item string, version int64) {
+	s.mu.Lock()
+	if e, ok := s.memory[item]; ok && (version == 0 || e.version < version) {
+		delete(s.memory, item)
+	}
+	delete(s.layout, item)
+	if version == 0 {
+		delete(s.buyers, item)
+	}
+	s.mu.Unlock()
+}
+
+// Preheat sets up (or resets) a sale from an admin's request body: the stock
+// split over its shards, the window and the per-user limit. Buyers and
+// purchases of an earlier sale of the item are dropped, which is refused with
+// ErrOrdersPending while any of them still waits for its order.
+func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (State, error) {
+	now := s.cfg.Clock.Now().UTC()
+	it, err := parsePreheat(itemID, body, now)
+	if err != nil {
+		return State{}, err
+	}
+	old, err := s.cfg.Store.Shards(ctx, it.ID)
+	if err != nil {
+		return State{}, err
+	}
+	it.Version = now.UnixMilli()
+	if old > 0 {
+		metas, ok, err := s.cfg.Store.metas(ctx, it.ID, old)
+		if err != nil {
+			return State{}, err
+		}
+		for _, m := range metas {
+			if ok && m.pending > 0 {
+				return State{}, ErrOrdersPending
+			}
+			if m.version >= it.Version {
+				it.Version = m.version + 1
+			}
+		}
+	}
+	base, extra := it.Stock/int64(it.Shards), it.Stock%int64(it.Shards)
+	for n := range max(it.Shards, old) {
+		stock := base
+		if int64(n) < extra {
+			stock++
+		}
+		shard := it
+		if n >= it.Shards {
+			shard.Shards = 0 // the item has fewer shards now: drop this one
+		}
+		ok, err := s.cfg.Store.preheatShard(ctx, shard, n, stock)
+		if err != nil {
+			return State{}, err
+		}
+		if !ok {
+			return State{}, ErrOrdersPending
+		}
+	}
+	if err := s.cfg.Store.register(ctx, it.ID, it.Shards); err != nil {
+		return State{}, err
+	}
+	s.forget(it.ID, 0)
+	s.cfg.Logger.Info("item preheated", "item_id", it.ID, "stock", it.Stock, "shards", it.Shards,
+		"per_user_limit", it.PerUserLimit, "starts_at", clock.Format(it.StartsAt), "ends_at", clock.Format(it.EndsAt),
+		"version", it.Version)
+	return s.State(ctx, it.ID)
+}
+
+// State returns an item's public state.
+func (s *Service) State(ctx context.Context, itemID string) (State, error) {
+	if !ValidItemID(itemID) {
+		return State{}, ErrNotFound
+	}
+	now := s.cfg.Clock.Now().UTC()
+	n, err := s.shards(ctx, itemID, now, false)
+	if err != nil || n == 0 {
+		return State{}, errors.Join(err, ErrNotFound)
+	}
+	metas, ok, err := s.cfg.Store.metas(ctx, itemID, n)
+	if err != nil {
+		return State{}, err
+	}
+	if !ok {
+		return State{}, ErrNotFound
+	}
+	st := State{ItemID: itemID, StartsAt: clock.Format(metas[0].starts), EndsAt: clock.Format(metas[0].ends)}
+	for _, m := range metas {
+		st.StockLeft += m.left
+	}
+	s.forget(itemID, metas[0].version) // a newer sale than what this container remembers
+	switch {
+	case !now.Before(metas[0].ends):
+		st.Status = Ended
+	case now.Before(metas[0].starts):
+		st.Status = Upcoming
+	case st.StockLeft == 0:
+		st.Status = SoldOut
+	default:
+		st.Status = Live
+	}
+	return st, nil
+}
+
+// Purchase admits or refuses one purchase attempt of user for an item, with
+// the request body (empty, or {"quantity":n}).
+//
+// Cross-shard protocol. The user's home shard (a hash of the user id) counts
+// everything the user bought of the item, so the per-user limit is checked and
+// updated atomically in one place. The common case is one script there: limit,
+// window, backlog and stock checked, stock taken, purchase recorded and order
+// job enqueued. When the home shard has no stock left, that same script
+// instead holds the requested quantity against the user's limit (a hold with a
+// deadline) and the caller visits the other shards one by one: each visit is
+// one script that takes the stock there, records the purchase and enqueues its
+// order job, but only before the hold's deadline. Then the home shard settles
+// the hold (records where the purchase lives), or, if no shard had stock,
+// gives the quantity back. A caller that dies midway leaves a hold that the
+// compensation pass ends after its deadline: settled if a shard recorded the
+// purchase, given back otherwise. Since takes are refused past the deadline
+// and the pass waits beyond it, a quantity is never both given back and sold,
+// and the limit holds whatever fails.
+func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []byte) (Purchase, error) {
+	qty, err := parsePurchase(itemID, body)
+	if err != nil {
+		return Purchase{}, err
+	}
+	now := s.cfg.Clock.Now().UTC()
+	if err := s.remembered(itemID, userID, now); err != nil {
+		return Purchase{}, err
+	}
+	n, err := s.shards(ctx, itemID, now, false)
+	if err != nil {
+		return Purchase{}, err
+	}
+	if n == 0 {
+		return Purchase{}, ErrNotFound
+	}
+	a := attempt{item: itemID, user: userID, pid: NewPurchaseID(now), qty: qty, now: now, holdUntil: now.Add(s.cfg.Hold)}
+	for range 2 { // a second round only if the item's shard count changed under us
+		a.shards = n
+		a.home = delayq.ShardOf(userID, n)
+		a.backlog = (s.cfg.Backlog + int64(n) - 1) / int64(n)
+		res, err := s.cfg.Store.admit(ctx, a)
+		if err != nil {
+			return Purchase{}, err
+		}
+		a.version = res.version
+		switch res.code {
+		case codeStaleShards:
+			if n, err = s.shards(ctx, itemID, now, true); err != nil {
+				return Purchase{}, err
+			}
+			continue
+		case codeAdmitted:
+			return s.admitted(a, a.home), nil
+		case codeHold:
+			return s.borrow(ctx, a)
+		}
+		return Purchase{}, s.refusal(itemID, res, now)
+	}
+	return Purchase{}, errors.New("seckill: the item's shard count keeps changing")
+}
+
+func (s *Service) admitted(a attempt, shard int) Purchase {
+	if s.cfg.OnScheduled != nil {
+		s.cfg.OnScheduled(a.now)
+	}
+	s.mu.Lock()
+	b := s.buyers[a.item]
+	if b == nil {
+		b = map[string]bool{}
+		s.buyers[a.item] = b
+	}
+	if len(b) < maxRememberedBuyers {
+		b[a.user] = true
+	}
+	s.mu.Unlock()
+	return Purchase{ID: a.pid, ItemID: a.item, UserID: a.user, Quantity: a.qty, Status: Reserved,
+		Shard: shard, Home: a.home, CreatedAt: a.now, UpdatedAt: a.now}
+}
+
+// refusal maps a refusing script answer to its error, remembering what will
+// not change soon.
+func (s *Service) refusal(item string, res admission, now time.Time) error {
+	switch res.code {
+	case codeUnknown:
+		s.forget(item, 0)
+		return ErrNotFound
+	case codeNotStarted:
+		return fmt.Errorf("%w: it starts at %s", ErrNotStarted, clock.Format(time.UnixMilli(res.extra)))
+	case codeEnded:
+		s.remember(item, res.version, ErrEnded, now)
+		return ErrEnded
+	case codeLimitReached:
+		return ErrAlreadyPurchased
+	case codeBacklogFull:
+		return ErrBacklogFull
+	case codeSoldOut:
+		s.remember(item, res.version, ErrSoldOut, now)
+		return ErrSoldOut
+	case codeTooMany:
+		return validation.New("quantity", "must be at most the per-user limit of %d", res.extra)
+	}
+	return fmt.Errorf("seckill: unexpected admission answer %d", res.code)
+}
+
+// borrow takes stock for a held purchase from the other shards in turn.
+func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
+	backlogged := false
+	for i := 1; i < a.shards; i++ {
+		n := (a.home + i) % a.shards
+		res, err := s.cfg.Store.take(ctx, a, n)
+		if err != nil {
+			return Purchase{}, err // the hold expires; compensation ends it
+		}
+		switch res.code {
+		case codeAdmitted:
+			if err := s.cfg.Store.settle(ctx, a, n); err != nil {
+				s.cfg.Logger.Warn("hold not settled; compensation will", "item_id", a.item, "purchase_id", a.pid, "error", err.Error())
+			}
+			return s.admitted(a, n), nil
+		case codeBacklogFull:
+			backlogged = true
+			continue
+		case codeSoldOut:
+			continue
+		}
+		// Ended, re-preheated or past the hold: no stock will be found.
+		if _, err := s.cfg.Store.unclaim(ctx, a.item, a.home, a.user, a.pid, a.qty, true); err != nil {
+			return Purchase{}, err
+		}
+		if res.code == codeEnded {
+			return Purchase{}, s.refusal(a.item, admission{code: codeEnded, version: a.version}, a.now)
+		}
+		return Purchase{}, ErrSoldOut
+	}
+	if _, err := s.cfg.Store.unclaim(ctx, a.item, a.home, a.user, a.pid, a.qty, true); err != nil {
+		return Purchase{}, err
+	}
+	if backlogged {
+		return Purchase{}, ErrBacklogFull
+	}
+	return Purchase{}, s.refusal(a.item, admission{code: codeSoldOut, version: a.version}, a.now)
+}
+
+// Mine returns the user's latest purchase of an item.
+func (s *Service) Mine(ctx context.Context, itemID, userID string) (Purchase, error) {
+	if !ValidItemID(itemID) {
+		return Purchase{}, ErrNotFound
+	}
+	n, err := s.shards(ctx, itemID, s.cfg.Clock.Now(), false)
+	if err != nil {
+		return Purchase{}, err
+	}
+	if n == 0 {
+		return Purchase{}, ErrNotFound
+	}
+	refs, err := s.cfg.Store.userPurchases(ctx, itemID, delayq.ShardOf(userID, n), userID)
+	if err != nil {
+		return Purchase{}, err
+	}
+	for i := len(refs) - 1; i >= 0; i-- {
+		if refs[i].shard < 0 {
+			continue // still being taken from another shard
+		}
+		return s.cfg.Store.Purchase(ctx, itemID, refs[i].shard, refs[i].pid)
+	}
+	return Purchase{}, ErrNoPurchase
+}

@@ -22,9 +22,6 @@ const (
 	// DefaultHold is how long a buyer's limit may be held while stock is
 	// taken from another shard; takes after it are refused.
 	DefaultHold = 10 * time.Second
-	// DefaultMemory is how long a container trusts what it saw (sold out,
-	// ended) before asking Redis again.
-	DefaultMemory = time.Second
 	// layoutTTL is how long a container trusts an item's shard count.
 	layoutTTL = time.Second
 )
@@ -38,7 +35,9 @@ type Config struct {
 	// past it, purchases are refused with ErrBacklogFull.
 	Backlog int64
 	Hold    time.Duration
-	Memory  time.Duration
+	// Memory is how long a container trusts what it saw (sold out, ended)
+	// before asking Redis again; 0 turns the memory off.
+	Memory time.Duration
 	// OnScheduled, if set, hears of every order job scheduled (the local
 	// stack wakes its poller with it).
 	OnScheduled func(due time.Time)
@@ -89,9 +88,6 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Hold == 0 {
 		cfg.Hold = DefaultHold
 	}
-	if cfg.Memory == 0 {
-		cfg.Memory = DefaultMemory
-	}
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
 		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
 	}
@@ -139,7 +135,7 @@ func (s *Service) remembered(item, user string, now time.Time) error {
 	if !ok {
 		return nil
 	}
-	if now.Sub(e.at) >= s.cfg.Memory {
+	if now.Sub(e.at) >= s.cfg.Memory || now.Before(e.at) {
 		delete(s.memory, item)
 		return nil
 	}

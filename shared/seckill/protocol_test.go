@@ -43,7 +43,6 @@ func newProtoEnv(t *testing.T, b redistest.Backend, stock, shards int) protoEnv 
 	return e
 }
 
-
 func homedAt(shard, shards int) string {
 	for i := 0; ; i++ {
 		u := "user-" + strconv.Itoa(i%100) + strconv.Itoa(i/100)

@@ -326,3 +326,48 @@ func TestServeStopsCleanly(t *testing.T) {
 		t.Fatalf("%d jobs left leased after a clean stop", st)
 	}
 }
+
+// TestServeFlashSaleWalkthrough follows the README's flash-sale walkthrough
+// against the default `make run` setup.
+func TestServeFlashSaleWalkthrough(t *testing.T) {
+	s := serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""})
+	admin := map[string]string{"X-Admin-Token": "dev-admin"}
+	item := "/v1/seckill/items/phone-1"
+
+	pre := s.do(http.MethodPut, item, "", admin, `{"stock":2,"per_user_limit":1,"ends_at":"2030-01-01T00:00:00Z"}`)
+	if pre.status != http.StatusOK || pre.body["status"] != "live" || pre.body["stock_left"] != float64(2) {
+		t.Fatalf("preheat: %d %s", pre.status, pre.raw)
+	}
+	ids := map[string]string{}
+	for _, u := range []string{"ann", "bob"} {
+		r := s.do(http.MethodPost, item+"/purchases", u, nil, "")
+		if r.status != http.StatusAccepted || r.body["status"] != "reserved" {
+			t.Fatalf("%s: %d %s", u, r.status, r.raw)
+		}
+		ids[u] = r.body["purchase_id"].(string)
+	}
+	if r := s.do(http.MethodPost, item+"/purchases", "cat", nil, ""); r.status != http.StatusGone || r.body["code"] != "sold_out" {
+		t.Fatalf("cat: %d %s", r.status, r.raw)
+	}
+	if r := s.do(http.MethodPost, item+"/purchases", "ann", nil, ""); r.status != http.StatusConflict || r.body["code"] != "already_purchased" {
+		t.Fatalf("ann again: %d %s", r.status, r.raw)
+	}
+	for _, u := range []string{"ann", "bob"} {
+		waitFor(t, 10*time.Second, u+"'s order", func() bool {
+			r := s.do(http.MethodGet, item+"/purchases/me", u, nil, "")
+			return r.body["status"] == "confirmed" && r.body["order_id"] == "or_"+strings.TrimPrefix(ids[u], "pu_")
+		})
+	}
+	if r := s.do(http.MethodGet, item+"/purchases/me", "cat", nil, ""); r.status != http.StatusNotFound {
+		t.Fatalf("cat's purchase: %d %s", r.status, r.raw)
+	}
+	if r := s.do(http.MethodGet, item, "", nil, ""); r.body["status"] != "sold_out" || r.body["stock_left"] != float64(0) {
+		t.Fatalf("item: %s", r.raw)
+	}
+	stats := s.do(http.MethodGet, "/v1/admin/stats", "", admin, "")
+	items, _ := stats.body["items"].(map[string]any)
+	phone, _ := items["phone-1"].(map[string]any)
+	if phone["admitted"] != float64(2) || phone["confirmed"] != float64(2) || phone["stock_left"] != float64(0) {
+		t.Fatalf("stats: %s", stats.raw)
+	}
+}

@@ -9,12 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/redis/go-redis/v9"
 
@@ -25,10 +27,13 @@ import (
 	"github.com/hourglass/hourglass/shared/finance"
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
+	"github.com/hourglass/hourglass/shared/metrics"
+	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/redisconn"
 	"github.com/hourglass/hourglass/shared/seckill"
+	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -64,6 +69,8 @@ type App struct {
 	Items   *seckill.Store
 	Seckill *seckill.Service
 	Orders  seckill.OrderLedger
+	// Metrics is shared by every part; it writes nowhere until EmitMetricsTo.
+	Metrics *metrics.Emitter
 
 	scheduled atomic.Pointer[func(time.Time)]
 
@@ -77,7 +84,39 @@ func Connect(cfg config.Config) (redis.UniversalClient, error) {
 	if cfg.RedisURL == "" {
 		return nil, errors.New("app: REDIS_URL is not set")
 	}
-	return redisconn.New(string(cfg.RedisURL), redisconn.Options{})
+	return redisconn.New(string(cfg.RedisURL), redisconn.Options{Password: string(cfg.RedisPassword)})
+}
+
+// ResolveSecrets reads the secrets cfg names by ARN from Secrets Manager (the
+// ElastiCache AUTH token, the payout and finance signing secrets) into cfg.
+func ResolveSecrets(ctx context.Context, cfg *config.Config) error {
+	wanted := []struct {
+		arn string
+		dst *config.Secret
+	}{
+		{cfg.RedisAuthSecretARN, &cfg.RedisPassword},
+		{cfg.PayoutSecretARN, &cfg.PayoutSecret},
+		{cfg.FinanceSecretARN, &cfg.FinanceSecret},
+	}
+	var api *secretsmanager.Client
+	for _, w := range wanted {
+		if w.arn == "" {
+			continue
+		}
+		if api == nil {
+			awsCfg, err := AWSConfig(ctx)
+			if err != nil {
+				return err
+			}
+			api = secretsmanager.NewFromConfig(awsCfg)
+		}
+		v, err := secrets.Value(ctx, api, w.arn)
+		if err != nil {
+			return err
+		}
+		*w.dst = config.Secret(v)
+	}
+	return nil
 }
 
 // New builds the withdrawal parts on rdb.
@@ -95,6 +134,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q, Ledger: ledger.NewRedis(rdb, q),
 		Items: seckill.NewStore(rdb, cfg.RedisPrefix), Orders: ledger.NewRedisOrders(rdb, cfg.RedisPrefix),
 		itemQueues: map[string]*delayq.Queue{}}
+	a.Metrics = metrics.New(io.Discard, a.Clock)
 	a.Service, err = withdrawal.NewService(withdrawal.Config{
 		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor, OnScheduled: a.notifyScheduled,
 	})
@@ -103,13 +143,16 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a.Seckill, err = seckill.NewService(seckill.Config{
 		Store: a.Items, Clock: a.Clock, Logger: log, Backlog: cfg.OrderBacklog, Memory: cfg.SoldOutMemory,
-		OnScheduled: a.notifyScheduled,
+		OnScheduled: a.notifyScheduled, Metrics: a.Metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
 }
+
+// EmitMetricsTo makes every part write its CloudWatch EMF lines to w.
+func (a *App) EmitMetricsTo(w io.Writer) { a.Metrics.SetOutput(w) }
 
 func (a *App) notifyScheduled(due time.Time) {
 	if f := a.scheduled.Load(); f != nil {
@@ -265,6 +308,7 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 		// An attempt may be taken over once the provider call has surely
 		// ended: its timeout, plus room for the ledger writes around it.
 		AttemptTimeout: 2*a.Config.PayoutTimeout + 5*time.Second,
+		Metrics:        a.Metrics,
 	})
 }
 
@@ -272,12 +316,15 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 // each finished job's lease is acked.
 func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
 	orders := seckill.NewOrderProcessor(a.Items, a.Orders, a.Clock, a.Log)
+	orders.Metrics = a.Metrics
 	cfg := consumer.Config{
 		Jobs: map[string]consumer.JobFunc{
 			withdrawal.JobKind: consumer.Withdrawals(p),
 			seckill.JobKind:    consumer.Orders(orders),
 		},
-		Logger: a.Log,
+		Logger:  a.Log,
+		Metrics: a.Metrics,
+		Clock:   a.Clock,
 	}
 	if ack {
 		cfg.Ack = a.Ack
@@ -310,6 +357,7 @@ func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
 	return poller.New(poller.Config{
 		Queues: a.Queues, Dispatcher: d, Clock: a.Clock, Logger: a.Log,
 		Batch: a.Config.ClaimBatch, Lease: a.Config.Lease, Interval: a.Config.PollInterval, Ack: ack,
+		Metrics: a.Metrics,
 		Tasks: []poller.Task{{
 			Name: "purge-idempotency-keys", Every: time.Minute,
 			Run: func(ctx context.Context, now time.Time) error {
@@ -319,6 +367,8 @@ func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
 				}
 				return err
 			},
+		}, {
+			Name: "queue-metrics", Every: 10 * time.Second, Run: a.emitQueueMetrics,
 		}, {
 			Name: "seckill-compensation", Every: a.Config.CompensationInterval,
 			Run: func(ctx context.Context, now time.Time) error {
@@ -331,7 +381,48 @@ func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
 
 // Compensation returns the flash-sale compensation pass.
 func (a *App) Compensation() *seckill.Compensation {
-	return &seckill.Compensation{Store: a.Items, Clock: a.Clock, Log: a.Log, ReservedTimeout: a.Config.ReservedTimeout}
+	return &seckill.Compensation{Store: a.Items, Clock: a.Clock, Log: a.Log, ReservedTimeout: a.Config.ReservedTimeout,
+		Metrics: a.Metrics}
+}
+
+// emitQueueMetrics emits the gauges operators watch: per queue family
+// (withdrawals, seckill) the backlog, lag, in-flight and dead jobs, and each
+// item's stock left.
+func (a *App) emitQueueMetrics(ctx context.Context, now time.Time) error {
+	qs, err := a.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	snap, err := ops.Collect(ctx, now, qs, a.Items)
+	if err != nil {
+		return err
+	}
+	families := map[string]delayq.Stats{withdrawal.QueueName: {}, "seckill": {}}
+	for name, st := range snap.Queues {
+		family := withdrawal.QueueName
+		if strings.HasPrefix(name, seckill.QueuePrefix) {
+			family = "seckill"
+		}
+		f := families[family]
+		f.Due += st.Due
+		f.DueNow += st.DueNow
+		f.Inflight += st.Inflight
+		f.Dead += st.Dead
+		f.OldestDueLagMS = max(f.OldestDueLagMS, st.OldestDueLagMS)
+		families[family] = f
+	}
+	for family, st := range families {
+		a.Metrics.Emit(map[string]string{"Queue": family},
+			metrics.Of(metrics.DueBacklog, metrics.Count, float64(st.Due)),
+			metrics.Of(metrics.DueNow, metrics.Count, float64(st.DueNow)),
+			metrics.Of(metrics.OldestDueLagMs, metrics.Milliseconds, float64(st.OldestDueLagMS)),
+			metrics.Of(metrics.Inflight, metrics.Count, float64(st.Inflight)),
+			metrics.Of(metrics.Dead, metrics.Count, float64(st.Dead)))
+	}
+	for item, st := range snap.Items {
+		a.Metrics.Emit(map[string]string{"Item": item}, metrics.Of(metrics.StockLeft, metrics.Count, float64(st.StockLeft)))
+	}
+	return nil
 }
 
 // AWSConfig loads the AWS SDK configuration of the Lambda environment.
@@ -357,6 +448,11 @@ func ForLambda(require ...string) *App {
 	if err != nil {
 		Fatal(log, "bad configuration", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ResolveSecrets(ctx, &cfg); err != nil {
+		Fatal(log, "secrets", err)
+	}
 	rdb, err := Connect(cfg)
 	if err != nil {
 		Fatal(log, "redis", err)
@@ -365,6 +461,7 @@ func ForLambda(require ...string) *App {
 	if err != nil {
 		Fatal(log, "wiring", err)
 	}
+	a.EmitMetricsTo(os.Stdout)
 	return a
 }
 

@@ -41,12 +41,16 @@ func (s Secret) Bytes() []byte { return []byte(s) }
 // Config is every setting of SPEC.md "Local stack" and the AWS wiring; each
 // function reads the ones it needs.
 type Config struct {
-	Addr        string `env:"HOURGLASS_ADDR" envDefault:"127.0.0.1:8080"`
-	RedisURL    Secret `env:"REDIS_URL"`
-	RedisPrefix string `env:"HOURGLASS_REDIS_PREFIX" envDefault:"hg:"`
-	Auth        string `env:"HOURGLASS_AUTH" envDefault:"dev"`
-	AdminToken  Secret `env:"HOURGLASS_ADMIN_TOKEN" envDefault:"dev-admin"`
-	LogLevel    string `env:"HOURGLASS_LOG_LEVEL" envDefault:"info"`
+	Addr     string `env:"HOURGLASS_ADDR" envDefault:"127.0.0.1:8080"`
+	RedisURL Secret `env:"REDIS_URL"`
+	// RedisPassword, if set, replaces the password of REDIS_URL; it comes from
+	// REDIS_AUTH_SECRET_ARN (see app.ResolveSecrets), never from the
+	// environment.
+	RedisPassword Secret `env:"-"`
+	RedisPrefix   string `env:"HOURGLASS_REDIS_PREFIX" envDefault:"hg:"`
+	Auth          string `env:"HOURGLASS_AUTH" envDefault:"dev"`
+	AdminToken    Secret `env:"HOURGLASS_ADMIN_TOKEN" envDefault:"dev-admin"`
+	LogLevel      string `env:"HOURGLASS_LOG_LEVEL" envDefault:"info"`
 
 	PayoutURL     string        `env:"PAYOUT_URL"`
 	PayoutSecret  Secret        `env:"PAYOUT_SIGNING_SECRET" envDefault:"dev-secret"`
@@ -55,6 +59,12 @@ type Config struct {
 	FinanceWebhookURL string `env:"FINANCE_WEBHOOK_URL"`
 	FinanceSecret     Secret `env:"FINANCE_SIGNING_SECRET" envDefault:"dev-finance-secret"`
 	FinanceTopicARN   string `env:"FINANCE_TOPIC_ARN"`
+
+	// Secrets Manager secrets read at cold start in AWS; each replaces the
+	// setting it names.
+	RedisAuthSecretARN string `env:"REDIS_AUTH_SECRET_ARN"`
+	PayoutSecretARN    string `env:"PAYOUT_SIGNING_SECRET_ARN"`
+	FinanceSecretARN   string `env:"FINANCE_SIGNING_SECRET_ARN"`
 
 	// WorkQueueURL is the SQS queue the poller sends due jobs to (AWS).
 	WorkQueueURL string `env:"WORK_QUEUE_URL"`

@@ -12,8 +12,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/dispatch"
+	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -31,6 +33,9 @@ type Config struct {
 	Jobs   map[string]JobFunc
 	Ack    Acker
 	Logger *slog.Logger
+	// Metrics, if set, receives ConsumerLagMs (job start - due time) per batch.
+	Metrics *metrics.Emitter
+	Clock   clock.Clock
 }
 
 // Handler handles batches of job messages.
@@ -43,6 +48,9 @@ func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System{}
+	}
 	return &Handler{cfg: cfg}
 }
 
@@ -53,10 +61,11 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		resp = events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+		lag  metrics.Sample
 	)
 	for _, m := range ev.Records {
 		wg.Go(func() {
-			if err := h.one(ctx, m); err != nil {
+			if err := h.one(ctx, m, &lag); err != nil {
 				mu.Lock()
 				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
 				mu.Unlock()
@@ -64,10 +73,11 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		})
 	}
 	wg.Wait()
+	h.cfg.Metrics.Emit(nil, metrics.Value{Name: metrics.ConsumerLagMs, Unit: metrics.Milliseconds, Values: lag.Take()})
 	return resp, nil
 }
 
-func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
+func (h *Handler) one(ctx context.Context, m events.SQSMessage, lag *metrics.Sample) error {
 	log := h.cfg.Logger.With("message_id", m.MessageId)
 	job, err := dispatch.DecodeJob(m.Body)
 	if err != nil {
@@ -75,6 +85,7 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
 		return err
 	}
 	log = log.With("kind", job.Kind, "queue", job.Queue, "shard", job.Shard, "job_id", job.ID)
+	lag.Add(float64(h.cfg.Clock.Now().UnixMilli() - job.Due))
 	run, ok := h.cfg.Jobs[job.Kind]
 	if !ok {
 		log.Error("no handler for job kind")

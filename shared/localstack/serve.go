@@ -44,6 +44,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	if err != nil {
 		return err
 	}
+	a.EmitMetricsTo(out)
 	provider, err := a.Provider(true)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/metrics"
 )
 
 // Dispatcher hands jobs on to the work queue. It returns the jobs that were
@@ -83,12 +84,17 @@ type Config struct {
 	// OnClaim, if set, sees every batch just before it is handed over, with the
 	// time of handing over (used to measure scheduling lag).
 	OnClaim func(jobs []delayq.Job, at time.Time)
+	// Metrics, if set, receives what the poller did (Claimed, Refused,
+	// Reaped, DispatchLagMs) every MetricsEvery and when Run returns.
+	Metrics      *metrics.Emitter
+	MetricsEvery time.Duration
 }
 
 // Poller runs rounds of claim, dispatch and ack.
 type Poller struct {
 	cfg  Config
 	wake chan struct{}
+	lag  metrics.Sample
 
 	mu       sync.Mutex
 	lastTask map[string]time.Time
@@ -116,6 +122,9 @@ func New(cfg Config) (*Poller, error) {
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.MetricsEvery == 0 {
+		cfg.MetricsEvery = 10 * time.Second
 	}
 	if cfg.Batch < 1 || cfg.Batch > delayq.MaxBatch || cfg.Lease <= 0 || cfg.Interval <= 0 {
 		return nil, fmt.Errorf("poller: bad settings: batch %d, lease %s, interval %s", cfg.Batch, cfg.Lease, cfg.Interval)
@@ -163,15 +172,22 @@ type RoundResult struct {
 // under way when ctx is cancelled is finished, so what it claimed is handed
 // over and acked before Run returns.
 func (p *Poller) Run(ctx context.Context, until time.Time) Totals {
-	var tot Totals
+	var tot, unreported Totals
+	flushed := p.cfg.Clock.Now()
+	defer func() { p.report(unreported) }()
 	for {
 		now := p.cfg.Clock.Now()
 		if ctx.Err() != nil || (!until.IsZero() && !now.Before(until)) {
 			return tot
 		}
+		if now.Sub(flushed) >= p.cfg.MetricsEvery {
+			p.report(unreported)
+			unreported, flushed = Totals{}, now
+		}
 		p.runTasks(ctx, now)
 		r, err := p.Round(context.WithoutCancel(ctx))
 		tot.add(r)
+		unreported.add(r)
 		wake := now.Add(p.cfg.Interval)
 		switch {
 		case err != nil:
@@ -187,6 +203,16 @@ func (p *Poller) Run(ctx context.Context, until time.Time) Totals {
 		}
 		p.sleep(ctx, wake)
 	}
+}
+
+// report emits what the poller did since the last report.
+func (p *Poller) report(t Totals) {
+	p.cfg.Metrics.Emit(nil,
+		metrics.Of(metrics.Claimed, metrics.Count, float64(t.Claimed)),
+		metrics.Of(metrics.Refused, metrics.Count, float64(t.Refused)),
+		metrics.Of(metrics.Reaped, metrics.Count, float64(t.Reaped)),
+		metrics.Value{Name: metrics.DispatchLagMs, Unit: metrics.Milliseconds, Values: p.lag.Take()},
+	)
 }
 
 func (p *Poller) sleep(ctx context.Context, wake time.Time) {
@@ -267,8 +293,14 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 	if len(c.Jobs) == 0 {
 		return r, nil
 	}
+	handed := p.cfg.Clock.Now()
 	if p.cfg.OnClaim != nil {
-		p.cfg.OnClaim(c.Jobs, p.cfg.Clock.Now())
+		p.cfg.OnClaim(c.Jobs, handed)
+	}
+	if p.cfg.Metrics != nil {
+		for _, j := range c.Jobs {
+			p.lag.Add(float64(handed.UnixMilli() - j.Due))
+		}
 	}
 	refused, derr := p.cfg.Dispatcher.Dispatch(ctx, c.Jobs)
 	if derr != nil {

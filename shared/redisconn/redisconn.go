@@ -58,6 +58,9 @@ type Options struct {
 	PoolSize int
 	// MaxRetries is retries after a network error; -1 means none.
 	MaxRetries int
+	// Password, if set, replaces the URL's (an ElastiCache AUTH token read
+	// from Secrets Manager, so it never sits in the environment).
+	Password string
 }
 
 // New returns a client for rawURL: a *redis.ClusterClient in cluster mode,
@@ -72,7 +75,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisconn: REDIS_URL %s: %w", cfg.shown, err)
 		}
-		co.Username, co.Password = cfg.user, cfg.password
+		co.Username, co.Password = cfg.user, pick(opts.Password, cfg.password)
 		if co.TLSConfig != nil {
 			co.TLSConfig.MinVersion = tls.VersionTLS12
 		}
@@ -92,7 +95,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisconn: REDIS_URL %s: %w", cfg.shown, err)
 	}
-	o.Username, o.Password = cfg.user, cfg.password
+	o.Username, o.Password = cfg.user, pick(opts.Password, cfg.password)
 	o.DialTimeout = pick(opts.DialTimeout, o.DialTimeout, DefaultDialTimeout)
 	o.ReadTimeout = pick(opts.ReadTimeout, o.ReadTimeout, DefaultReadTimeout)
 	o.WriteTimeout = pick(opts.WriteTimeout, o.WriteTimeout, DefaultWriteTimeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/metrics"
 )
 
 // Defaults of the compensation pass.
@@ -39,6 +40,8 @@ type Compensation struct {
 	HoldGrace time.Duration
 	// Retention is how long after its end an item stays registered.
 	Retention time.Duration
+	// Metrics, if set, counts purchases re-enqueued and released.
+	Metrics *metrics.Emitter
 }
 
 // Report counts what a pass did.
@@ -82,6 +85,9 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 			errs = append(errs, fmt.Errorf("seckill: compensate %s: %w", item, err))
 		}
 	}
+	c.Metrics.Emit(nil,
+		metrics.Of(metrics.CompensationRequeued, metrics.Count, float64(rep.Requeued)),
+		metrics.Of(metrics.CompensationReleased, metrics.Count, float64(rep.Released)))
 	if rep != (Report{}) {
 		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released,
 			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/metrics"
 )
 
 // Order is what the ledger records for a confirmed purchase.
@@ -35,6 +36,8 @@ type OrderProcessor struct {
 	ledger OrderLedger
 	clock  clock.Clock
 	log    *slog.Logger
+	// Metrics, if set, counts orders confirmed and released.
+	Metrics *metrics.Emitter
 }
 
 // NewOrderProcessor returns an OrderProcessor.
@@ -74,8 +77,12 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, pi
 		p.log.Error("order cannot be made; releasing the purchase", "item_id", item, "purchase_id", pid, "error", err.Error())
 		return p.release(ctx, pur)
 	}
-	if _, _, err := p.store.settleOrder(ctx, item, shard, pid, Confirmed, order.ID, p.clock.Now()); err != nil && !errors.Is(err, ErrNoPurchase) {
+	_, done, err := p.store.settleOrder(ctx, item, shard, pid, Confirmed, order.ID, p.clock.Now())
+	if err != nil && !errors.Is(err, ErrNoPurchase) {
 		return err
+	}
+	if done {
+		p.Metrics.Count(metrics.OrdersConfirmed, 1, nil)
 	}
 	return nil
 }
@@ -83,12 +90,15 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, pi
 // release ends a reserved purchase as released: its stock goes back to its
 // shard, its quantity back to the buyer's limit.
 func (p *OrderProcessor) release(ctx context.Context, pur Purchase) error {
-	got, _, err := p.store.settleOrder(ctx, pur.ItemID, pur.Shard, pur.ID, Released, "", p.clock.Now())
+	got, done, err := p.store.settleOrder(ctx, pur.ItemID, pur.Shard, pur.ID, Released, "", p.clock.Now())
 	if errors.Is(err, ErrNoPurchase) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if done {
+		p.Metrics.Count(metrics.OrdersReleased, 1, nil)
 	}
 	if got.Status != Released {
 		return nil // confirmed meanwhile by another delivery

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
 )
 
@@ -41,6 +42,8 @@ type Config struct {
 	// OnScheduled, if set, hears of every order job scheduled (the local
 	// stack wakes its poller with it).
 	OnScheduled func(due time.Time)
+	// Metrics, if set, counts admissions and refusals by reason.
+	Metrics *metrics.Emitter
 }
 
 // Service is the flash-sale API: preheat, item state, purchase, own purchase.
@@ -282,6 +285,7 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 	}
 	now := s.cfg.Clock.Now().UTC()
 	if err := s.remembered(itemID, userID, now); err != nil {
+		s.countRefusal(err)
 		return Purchase{}, err
 	}
 	n, err := s.shards(ctx, itemID, now, false)
@@ -321,6 +325,7 @@ func (s *Service) admitted(a attempt, shard int) Purchase {
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(a.now)
 	}
+	s.cfg.Metrics.Count(metrics.Admitted, a.qty, nil)
 	s.mu.Lock()
 	b := s.buyers[a.item]
 	if b == nil {
@@ -338,6 +343,30 @@ func (s *Service) admitted(a attempt, shard int) Purchase {
 // refusal maps a refusing script answer to its error, remembering what will
 // not change soon.
 func (s *Service) refusal(item string, res admission, now time.Time) error {
+	err := s.refusalErr(item, res, now)
+	s.countRefusal(err)
+	return err
+}
+
+// refusalReasons are the Reason dimension of the Refusals metric.
+var refusalReasons = []struct {
+	err    error
+	reason string
+}{
+	{ErrSoldOut, "sold_out"}, {ErrAlreadyPurchased, "already_purchased"}, {ErrNotStarted, "not_started"},
+	{ErrEnded, "ended"}, {ErrBacklogFull, "backlog_full"},
+}
+
+func (s *Service) countRefusal(err error) {
+	for _, r := range refusalReasons {
+		if errors.Is(err, r.err) {
+			s.cfg.Metrics.Count(metrics.Refusals, 1, map[string]string{"Reason": r.reason})
+			return
+		}
+	}
+}
+
+func (s *Service) refusalErr(item string, res admission, now time.Time) error {
 	switch res.code {
 	case codeUnknown:
 		s.forget(item, 0)
@@ -394,6 +423,7 @@ func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
 		return Purchase{}, err
 	}
 	if backlogged {
+		s.countRefusal(ErrBacklogFull)
 		return Purchase{}, ErrBacklogFull
 	}
 	return Purchase{}, s.refusal(a.item, admission{code: codeSoldOut, version: a.version}, a.now)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/metrics"
 )
 
 // Provider pays withdrawals out. The withdrawal id is the idempotency key: the
@@ -48,6 +49,8 @@ type ProcessorConfig struct {
 	// AttemptTimeout bounds one attempt (it must exceed the provider call's
 	// timeout); past it another consumer may take the withdrawal over.
 	AttemptTimeout time.Duration
+	// Metrics, if set, counts payouts paid, failed and retried.
+	Metrics *metrics.Emitter
 }
 
 // Processor is the payout step of a withdrawal job.
@@ -120,6 +123,16 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 		w, err = p.cfg.Ledger.Retry(ctx, ref, attempt, at, now, payErr.Error())
 		if err == nil {
 			log.Warn("payout failed, retry scheduled", "attempts", attempt, "retry_at", clock.Format(at), "error", payErr.Error())
+		}
+	}
+	if err == nil {
+		switch w.Status {
+		case Paid:
+			p.cfg.Metrics.Count(metrics.PayoutsPaid, 1, nil)
+		case Failed:
+			p.cfg.Metrics.Count(metrics.PayoutsFailed, 1, nil)
+		case Retrying:
+			p.cfg.Metrics.Count(metrics.PayoutRetries, 1, nil)
 		}
 	}
 	if errors.Is(err, ErrStale) {

@@ -1,0 +1,103 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/app"
+	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/delayq"
+)
+
+// syncBuffer is a bytes.Buffer safe for the poller's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type discard struct{}
+
+func (discard) Dispatch(context.Context, []delayq.Job) ([]delayq.Job, error) { return nil, nil }
+
+// TestPollerEmitsTheDashboardMetrics runs a poller briefly and checks the EMF
+// lines the CloudWatch dashboard and alarms read.
+func TestPollerEmitsTheDashboardMetrics(t *testing.T) {
+	s := redistest.Start(t)
+	t.Setenv("REDIS_URL", s.URL())
+	cfg, err := config.Load(config.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := app.Connect(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	a.EmitMetricsTo(&out)
+	ctx := context.Background()
+	if _, err := a.Seckill.Preheat(ctx, "phone", []byte(`{"stock":5,"ends_at":"2030-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Seckill.Purchase(ctx, "phone", "alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Service.Create(ctx, "alice", "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Poller(discard{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Run(ctx, time.Now().Add(300*time.Millisecond))
+
+	seen := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		if _, ok := v["_aws"]; !ok {
+			t.Fatalf("not an EMF line: %q", line)
+		}
+		for k := range v {
+			if k != "_aws" {
+				seen[k] = v
+			}
+		}
+	}
+	for _, name := range []string{"Admitted", "DueBacklog", "OldestDueLagMs", "Inflight", "Dead", "StockLeft", "Claimed", "DispatchLagMs"} {
+		if _, ok := seen[name]; !ok {
+			t.Errorf("no %s metric in:\n%s", name, out.String())
+		}
+	}
+	if v := seen["StockLeft"]; v != nil && (v["Item"] != "phone" || v["StockLeft"] != float64(4)) {
+		t.Errorf("StockLeft line %v", v)
+	}
+	if v := seen["Claimed"]; v != nil && v["Claimed"] != float64(2) {
+		t.Errorf("Claimed line %v (want the withdrawal and the order)", v)
+	}
+}

@@ -560,7 +560,7 @@ func (g *SlotGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if IsSlotError(err) || IsSlotError(cmd.Err()) {
-			g.record(cmd, cmp(err, cmd.Err()))
+			g.record(cmd, firstErr(err, cmd.Err()))
 		}
 		return err
 	}
@@ -584,7 +584,7 @@ func (g *SlotGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-func cmp(errs ...error) error {
+func firstErr(errs ...error) error {
 	for _, e := range errs {
 		if e != nil {
 			return e

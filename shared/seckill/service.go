@@ -394,6 +394,10 @@ func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
 	backlogged := false
 	for i := 1; i < a.shards; i++ {
 		n := (a.home + i) % a.shards
+		// Each take is judged against the hold's deadline at the time it is
+		// made: a caller stalled past it (and past the compensation pass that
+		// gave the hold back) must be refused, or the limit would not hold.
+		a.now = s.cfg.Clock.Now().UTC()
 		res, err := s.cfg.Store.take(ctx, a, n)
 		if err != nil {
 			return Purchase{}, err // the hold expires; compensation ends it

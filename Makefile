@@ -32,8 +32,13 @@ vet: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet ## Every test, with the race detector (spawns its own redis-server processes)
-	$(GO) test -race -count=1 -timeout 20m ./...
+test: vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes)
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# dynalite, a DynamoDB-compatible server the DynamoDB ledger tests start.
+node_modules/.bin/dynalite: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 bench: ## Benchmarks of the delay queue and dispatch, on a spawned redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./shared/delayq/ ./shared/poller/ ./shared/dispatch/

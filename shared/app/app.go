@@ -234,11 +234,12 @@ func (a *App) Router() *httpapi.Router {
 	return a.router(a.withdrawalRoutes, a.seckillRoutes, a.opsRoutes)
 }
 
-// WithdrawalAPI returns the enqueue function's routes: withdrawals, operator
-// stats and health.
+// WithdrawalAPI returns the enqueue function's routes: withdrawals, and the
+// operator and health routes every API function answers.
 func (a *App) WithdrawalAPI() *httpapi.Router { return a.router(a.withdrawalRoutes, a.opsRoutes) }
 
-// SeckillAPI returns the seckill function's routes: the flash sale and health.
+// SeckillAPI returns the seckill function's routes: the flash sale, and the
+// operator and health routes every API function answers.
 func (a *App) SeckillAPI() *httpapi.Router { return a.router(a.seckillRoutes, a.opsRoutes) }
 
 func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {

@@ -379,3 +379,37 @@ func (q *Queue) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	}
 	return s, nil
 }
+
+// Ref names a job: its shard and id.
+type Ref struct {
+	Shard int
+	ID    string
+}
+
+// Holds reports, in one pipelined round trip, which jobs the queue holds
+// (scheduled or leased). Jobs on shards the queue does not have are not held.
+func (q *Queue) Holds(ctx context.Context, refs []Ref) ([]bool, error) {
+	out := make([]bool, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	type pair struct{ due, inflight *redis.FloatCmd }
+	cmds := make([]pair, len(refs))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			if r.Shard < 0 || r.Shard >= len(q.keys) {
+				continue
+			}
+			k := q.keys[r.Shard]
+			cmds[i] = pair{p.ZScore(ctx, k.Due, r.ID), p.ZScore(ctx, k.Inflight, r.ID)}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("delayq: look up %d jobs of %s: %w", len(refs), q.name, err)
+	}
+	for i, c := range cmds {
+		out[i] = c.due != nil && (c.due.Err() == nil || c.inflight.Err() == nil)
+	}
+	return out, nil
+}

@@ -232,8 +232,11 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 	}
 	now := s.cfg.Clock.Now().UTC()
 	n, err := s.shards(ctx, itemID, now, false)
-	if err != nil || n == 0 {
-		return State{}, errors.Join(err, ErrNotFound)
+	if err != nil {
+		return State{}, err
+	}
+	if n == 0 {
+		return State{}, ErrNotFound
 	}
 	metas, ok, err := s.cfg.Store.metas(ctx, itemID, n)
 	if err != nil {

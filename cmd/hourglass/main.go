@@ -28,7 +28,7 @@ func root() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	cmd.AddCommand(serveCmd())
+	cmd.AddCommand(serveCmd(), reconcileCmd())
 	return cmd
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/redis/go-redis/v9"
@@ -62,8 +64,11 @@ type App struct {
 	Clock       clock.Clock
 	Redis       redis.UniversalClient
 	Withdrawals *delayq.Queue
-	Ledger      *ledger.Redis
-	Service     *withdrawal.Service
+	// Ledger is the system of record: *ledger.Redis or *ledger.Dynamo.
+	Ledger  withdrawal.Ledger
+	Service *withdrawal.Service
+	// Dynamo is the DynamoDB client of the dynamodb ledger, else nil.
+	Dynamo *dynamodb.Client
 	// Items is the flash sale's Redis state, Seckill its API, Orders the
 	// order ledger.
 	Items   *seckill.Store
@@ -131,10 +136,21 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q, Ledger: ledger.NewRedis(rdb, q),
-		Items: seckill.NewStore(rdb, cfg.RedisPrefix), Orders: ledger.NewRedisOrders(rdb, cfg.RedisPrefix),
-		itemQueues: map[string]*delayq.Queue{}}
+	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
+		Items: seckill.NewStore(rdb, cfg.RedisPrefix), itemQueues: map[string]*delayq.Queue{}}
 	a.Metrics = metrics.New(io.Discard, a.Clock)
+	switch cfg.Ledger {
+	case "dynamodb":
+		if a.Dynamo, err = DynamoClient(cfg); err != nil {
+			return nil, err
+		}
+		d := ledger.NewDynamo(a.Dynamo, a.Tables(), q, ledger.DynamoOptions{
+			Horizon: cfg.RedisHorizon, NotifyGrace: cfg.ReconcileInterval, Logger: log,
+		})
+		a.Ledger, a.Orders = d, d
+	default:
+		a.Ledger, a.Orders = ledger.NewRedis(rdb, q), ledger.NewRedisOrders(rdb, cfg.RedisPrefix)
+	}
 	a.Service, err = withdrawal.NewService(withdrawal.Config{
 		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor, OnScheduled: a.notifyScheduled,
 	})
@@ -149,6 +165,63 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		return nil, err
 	}
 	return a, nil
+}
+
+// Tables names the DynamoDB ledger's tables.
+func (a *App) Tables() ledger.Tables {
+	return ledger.Tables{Withdrawals: a.Config.WithdrawalsTable, Orders: a.Config.OrdersTable, Idempotency: a.Config.IdempotencyTable}
+}
+
+// DynamoClient returns the DynamoDB client of cfg: the SDK's configuration,
+// with DYNAMODB_ENDPOINT (dynalite locally) when set, where any credentials
+// do and the region defaults to us-east-1.
+func DynamoClient(cfg config.Config) (*dynamodb.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	awsCfg, err := AWSConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DynamoDBEndpoint == "" {
+		return dynamodb.NewFromConfig(awsCfg), nil
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = "us-east-1"
+	}
+	if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
+		awsCfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+	}
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint) }), nil
+}
+
+// CreateTables creates the DynamoDB ledger's missing tables (local use).
+func (a *App) CreateTables(ctx context.Context) error {
+	if a.Dynamo == nil {
+		return nil
+	}
+	return ledger.CreateTables(ctx, a.Dynamo, a.Tables())
+}
+
+// Reconcile runs the ledger's reconciler (the DynamoDB ledger's; the Redis
+// ledger keeps record and schedule in one script and has nothing to repair)
+// and the flash-sale compensation pass.
+func (a *App) Reconcile(ctx context.Context, now time.Time) (ledger.Reconciliation, seckill.Report, error) {
+	var rec ledger.Reconciliation
+	var err error
+	if r, ok := a.Ledger.(reconciler); ok {
+		rec, err = r.Reconcile(ctx, now)
+		a.Metrics.Count(metrics.Reconciled, rec.Total(), nil)
+	}
+	rep, cerr := a.Compensation().Run(ctx, now)
+	return rec, rep, errors.Join(err, cerr)
+}
+
+type reconciler interface {
+	Reconcile(ctx context.Context, now time.Time) (ledger.Reconciliation, error)
+}
+
+type keyPurger interface {
+	PurgeExpiredKeys(ctx context.Context, now time.Time) (int, error)
 }
 
 // EmitMetricsTo makes every part write its CloudWatch EMF lines to w.
@@ -359,25 +432,38 @@ func (a *App) Poller(d poller.Dispatcher, ack bool) (*poller.Poller, error) {
 		Queues: a.Queues, Dispatcher: d, Clock: a.Clock, Logger: a.Log,
 		Batch: a.Config.ClaimBatch, Lease: a.Config.Lease, Interval: a.Config.PollInterval, Ack: ack,
 		Metrics: a.Metrics,
-		Tasks: []poller.Task{{
-			Name: "purge-idempotency-keys", Every: time.Minute,
+		Tasks:   a.tasks(),
+	})
+}
+
+// tasks are the poller's housekeeping.
+func (a *App) tasks() []poller.Task {
+	tasks := []poller.Task{
+		{Name: "queue-metrics", Every: 10 * time.Second, Run: a.emitQueueMetrics},
+		{Name: "seckill-compensation", Every: a.Config.CompensationInterval, Run: func(ctx context.Context, now time.Time) error {
+			_, err := a.Compensation().Run(ctx, now)
+			return err
+		}},
+	}
+	if p, ok := a.Ledger.(keyPurger); ok {
+		tasks = append(tasks, poller.Task{Name: "purge-idempotency-keys", Every: time.Minute,
 			Run: func(ctx context.Context, now time.Time) error {
-				n, err := a.Ledger.PurgeExpiredKeys(ctx, now)
+				n, err := p.PurgeExpiredKeys(ctx, now)
 				if n > 0 {
 					a.Log.Info("expired idempotency keys purged", "keys", n)
 				}
 				return err
-			},
-		}, {
-			Name: "queue-metrics", Every: 10 * time.Second, Run: a.emitQueueMetrics,
-		}, {
-			Name: "seckill-compensation", Every: a.Config.CompensationInterval,
+			}})
+	}
+	if r, ok := a.Ledger.(reconciler); ok {
+		tasks = append(tasks, poller.Task{Name: "reconcile", Every: a.Config.ReconcileInterval,
 			Run: func(ctx context.Context, now time.Time) error {
-				_, err := a.Compensation().Run(ctx, now)
+				rec, err := r.Reconcile(ctx, now)
+				a.Metrics.Count(metrics.Reconciled, rec.Total(), nil)
 				return err
-			},
-		}},
-	})
+			}})
+	}
+	return tasks
 }
 
 // Compensation returns the flash-sale compensation pass.

@@ -24,6 +24,7 @@ import (
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/consumer"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -230,7 +231,7 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 	if got := sqs.shards[withdrawal.QueueName]; len(got) != len(wantShards) {
 		t.Errorf("payout jobs came from shards %v, want %v", got, wantShards)
 	}
-	if n, err := a.Ledger.PurgeExpiredKeys(ctx, time.Now().Add(48*time.Hour)); err != nil || n != len(created) {
+	if n, err := a.Ledger.(*ledger.Redis).PurgeExpiredKeys(ctx, time.Now().Add(48*time.Hour)); err != nil || n != len(created) {
 		t.Errorf("purge of expired idempotency keys: %d, %v; want %d", n, err, len(created))
 	}
 

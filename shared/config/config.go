@@ -100,6 +100,20 @@ type Config struct {
 	CompensationInterval time.Duration `env:"HOURGLASS_COMPENSATION_INTERVAL" envDefault:"1m"`
 	ReservedTimeout      time.Duration `env:"HOURGLASS_RESERVED_TIMEOUT" envDefault:"5m"`
 
+	// Ledger selects the system of record: redis (records beside their queue
+	// shard) or dynamodb (the tables below; Redis keeps only the schedule).
+	Ledger           string `env:"HOURGLASS_LEDGER" envDefault:"redis"`
+	WithdrawalsTable string `env:"HOURGLASS_WITHDRAWALS_TABLE" envDefault:"hourglass-withdrawals"`
+	OrdersTable      string `env:"HOURGLASS_ORDERS_TABLE" envDefault:"hourglass-orders"`
+	IdempotencyTable string `env:"HOURGLASS_IDEMPOTENCY_TABLE" envDefault:"hourglass-idempotency"`
+	// DynamoDBEndpoint overrides DynamoDB's endpoint (dynalite locally).
+	DynamoDBEndpoint string `env:"DYNAMODB_ENDPOINT"`
+	// CreateTables makes `hourglass serve` create missing ledger tables.
+	CreateTables bool `env:"HOURGLASS_CREATE_TABLES" envDefault:"false"`
+	// RedisHorizon: with the dynamodb ledger, withdrawals due further ahead
+	// live only in the ledger until the reconciler promotes them.
+	RedisHorizon time.Duration `env:"HOURGLASS_REDIS_HORIZON" envDefault:"1h"`
+
 	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
 	Currencies []string `env:"HOURGLASS_CURRENCIES" envDefault:"CNY,USD,EUR,JPY" envSeparator:","`
 }
@@ -184,6 +198,17 @@ func (c Config) problems() []problem {
 	if c.Auth != "dev" && c.Auth != "jwt" {
 		bad("HOURGLASS_AUTH", "%q is neither dev nor jwt", c.Auth)
 	}
+	if c.Ledger != "redis" && c.Ledger != "dynamodb" {
+		bad("HOURGLASS_LEDGER", "%q is neither redis nor dynamodb", c.Ledger)
+	}
+	if c.Ledger == "dynamodb" && (c.WithdrawalsTable == "" || c.OrdersTable == "" || c.IdempotencyTable == "") {
+		bad("HOURGLASS_WITHDRAWALS_TABLE/HOURGLASS_ORDERS_TABLE/HOURGLASS_IDEMPOTENCY_TABLE", "must be set with the dynamodb ledger")
+	}
+	if c.DynamoDBEndpoint != "" {
+		if u, err := url.Parse(c.DynamoDBEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("DYNAMODB_ENDPOINT", "must be an http(s) URL")
+		}
+	}
 	if c.Auth == "dev" && c.AdminToken == "" {
 		bad("HOURGLASS_ADMIN_TOKEN", "must be set in dev auth mode")
 	}
@@ -202,6 +227,7 @@ func (c Config) problems() []problem {
 		{"HOURGLASS_LEASE", c.Lease}, {"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval},
 		{"HOURGLASS_VISIBILITY_TIMEOUT", c.Visibility},
 		{"HOURGLASS_COMPENSATION_INTERVAL", c.CompensationInterval}, {"HOURGLASS_RESERVED_TIMEOUT", c.ReservedTimeout},
+		{"HOURGLASS_REDIS_HORIZON", c.RedisHorizon},
 	} {
 		if d.d <= 0 {
 			bad(d.name, "must be a positive duration, got %s", d.d)

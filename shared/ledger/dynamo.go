@@ -60,11 +60,22 @@ const DefaultHorizon = time.Hour
 // change is a conditional write, and Redis holds only the schedule, which the
 // reconciler rebuilds from here if Redis loses it.
 type Dynamo struct {
-	db      DynamoAPI
-	tables  Tables
-	q       *delayq.Queue
-	horizon time.Duration
-	log     *slog.Logger
+	db     DynamoAPI
+	tables Tables
+	q      *delayq.Queue
+	opts   DynamoOptions
+	log    *slog.Logger
+}
+
+// DynamoOptions tunes the DynamoDB ledger.
+type DynamoOptions struct {
+	// Horizon: withdrawals due further ahead stay out of Redis until the
+	// reconciler promotes them (default DefaultHorizon).
+	Horizon time.Duration
+	// NotifyGrace is how long a paid or failed withdrawal's own consumer has
+	// to tell finance before the reconciler sends its job again (default 1m).
+	NotifyGrace time.Duration
+	Logger      *slog.Logger
 }
 
 var (
@@ -73,14 +84,17 @@ var (
 )
 
 // NewDynamo returns the DynamoDB ledger scheduling on the withdrawal queue q.
-func NewDynamo(db DynamoAPI, tables Tables, q *delayq.Queue, horizon time.Duration, log *slog.Logger) *Dynamo {
-	if horizon <= 0 {
-		horizon = DefaultHorizon
+func NewDynamo(db DynamoAPI, tables Tables, q *delayq.Queue, opts DynamoOptions) *Dynamo {
+	if opts.Horizon <= 0 {
+		opts.Horizon = DefaultHorizon
 	}
-	if log == nil {
-		log = slog.Default()
+	if opts.NotifyGrace <= 0 {
+		opts.NotifyGrace = time.Minute
 	}
-	return &Dynamo{db: db, tables: tables, q: q, horizon: horizon, log: log}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Dynamo{db: db, tables: tables, q: q, opts: opts, log: opts.Logger}
 }
 
 func conditionFailed(err error) bool {
@@ -314,7 +328,7 @@ func (d *Dynamo) Create(ctx context.Context, w withdrawal.Withdrawal, key withdr
 
 // schedule puts w in the Redis queue if it falls due within the horizon.
 func (d *Dynamo) schedule(ctx context.Context, w withdrawal.Withdrawal, now time.Time) {
-	if w.DueAt.After(now.Add(d.horizon)) {
+	if w.DueAt.After(now.Add(d.opts.Horizon)) {
 		return // the reconciler promotes it nearer the time
 	}
 	if err := d.q.Add(ctx, w.Shard, w.ID, w.DueAt); err != nil {

@@ -43,7 +43,7 @@ func TestDynamoLedgerConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := ledger.NewDynamo(db.Client(), freshTables(t, db), q, ledger.DefaultHorizon, slog.New(slog.DiscardHandler))
+		l := ledger.NewDynamo(db.Client(), freshTables(t, db), q, ledger.DynamoOptions{Logger: slog.New(slog.DiscardHandler)})
 		return ledgertest.Backend{Ledger: l, Queue: q}
 	})
 }

@@ -30,10 +30,6 @@ type Reconciliation struct {
 // Total is the number of repairs.
 func (r Reconciliation) Total() int { return r.Scheduled + r.Redispatched + r.Renotified }
 
-// grace is how long a processing or unnotified withdrawal is left to its own
-// consumer before the reconciler steps in.
-const grace = time.Minute
-
 // Reconcile makes one pass: every withdrawal the ledger says is on its way
 // (scheduled or retrying and due within the horizon, processing past its
 // deadline, or paid/failed and not yet reported to finance) must have a job in
@@ -41,7 +37,7 @@ const grace = time.Minute
 // so its work is bounded by what is outstanding, not by history.
 func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, error) {
 	var rep Reconciliation
-	horizon := now.Add(d.horizon)
+	horizon := now.Add(d.opts.Horizon)
 	var errs []error
 	for _, key := range []string{string(withdrawal.Scheduled), string(withdrawal.Retrying)} {
 		err := d.scan(ctx, key, horizon, func(w withdrawal.Withdrawal, queued bool) error {
@@ -52,8 +48,8 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 				return err
 			}
 			rep.Scheduled++
-			if w.DueAt.After(now.Add(grace)) {
-				rep.Promoted++
+			if w.DueAt.After(w.CreatedAt.Add(d.opts.Horizon)) {
+				rep.Promoted++ // it was beyond the horizon when made
 			}
 			return nil
 		})
@@ -62,14 +58,14 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	// Far-future due times bound neither: scan everything in these states.
 	far := now.Add(100 * 365 * 24 * time.Hour)
 	errs = append(errs, d.scan(ctx, string(withdrawal.Processing), far, func(w withdrawal.Withdrawal, queued bool) error {
-		if queued || w.ProcessingUntil.After(now.Add(-grace)) {
-			return nil
+		if queued || w.ProcessingUntil.After(now) {
+			return nil // its attempt may still be running
 		}
 		rep.Redispatched++
 		return d.q.Add(ctx, w.Shard, w.ID, now)
 	}))
 	errs = append(errs, d.scan(ctx, unnotified, far, func(w withdrawal.Withdrawal, queued bool) error {
-		if queued || w.ProcessedAt.After(now.Add(-grace)) {
+		if queued || w.ProcessedAt.After(now.Add(-d.opts.NotifyGrace)) {
 			return nil
 		}
 		rep.Renotified++

@@ -45,6 +45,11 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 		return err
 	}
 	a.EmitMetricsTo(out)
+	if cfg.CreateTables {
+		if err := a.CreateTables(ctx); err != nil {
+			return err
+		}
+	}
 	provider, err := a.Provider(true)
 	if err != nil {
 		return err
@@ -82,7 +87,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("hourglass is serving", "addr", ln.Addr().String(), "auth", cfg.Auth,
+	log.Info("hourglass is serving", "addr", ln.Addr().String(), "auth", cfg.Auth, "ledger", cfg.Ledger,
 		"redis", redisconn.Redacted(string(cfg.RedisURL)), "poll_interval", cfg.PollInterval.String(), "lease", cfg.Lease.String())
 	if ready != nil {
 		ready(ln.Addr().String())

@@ -43,6 +43,7 @@ const (
 	OrdersReleased       = "OrdersReleased"
 	CompensationRequeued = "CompensationRequeued"
 	CompensationReleased = "CompensationReleased"
+	Reconciled           = "Reconciled"
 )
 
 // maxValues is EMF's limit of values per metric in one line.

@@ -5,16 +5,23 @@
 -- ARGV[1] -> lease token (the lease deadline the jobs were claimed with)
 -- ARGV[2..] -> job ids
 --
--- Returns the number of jobs acked.
+-- Returns the number of jobs acked. Two commands whatever the batch size:
+-- one ZMSCORE for every lease, one ZREM for those still ours.
 local inflight = KEYS[1]
 local token = tonumber(ARGV[1])
 
-local acked = 0
+local ids = {}
 for i = 2, #ARGV do
-  local score = redis.call('ZSCORE', inflight, ARGV[i])
+  ids[i - 1] = ARGV[i]
+end
+local scores = redis.call('ZMSCORE', inflight, unpack(ids))
+local mine = {}
+for i, score in ipairs(scores) do
   if score and tonumber(score) == token then
-    redis.call('ZREM', inflight, ARGV[i])
-    acked = acked + 1
+    mine[#mine + 1] = ids[i]
   end
 end
-return acked
+if #mine > 0 then
+  redis.call('ZREM', inflight, unpack(mine))
+end
+return #mine

@@ -209,7 +209,7 @@ func (d *Dynamo) Reserve(ctx context.Context, r withdrawal.Reservation) (withdra
 		TableName: &d.tables.Idempotency,
 		Item: item{
 			"pk": s(pk), "state": s("pending"), "fp": s(r.Fingerprint), "wid": s(r.ID),
-			"lock_until": ms(r.LockUntil), "expires_at": n(r.ExpiresAt.Unix()), "user": s(r.Key.UserID), "key": s(r.Key.Key),
+			"lock_until": ms(r.LockUntil), TTLAttribute: n(r.ExpiresAt.Unix()), "user": s(r.Key.UserID), "key": s(r.Key.Key),
 		},
 		ConditionExpression:       aws.String("attribute_not_exists(pk) OR expires_at <= :now"),
 		ExpressionAttributeValues: item{":now": n(r.Now.Unix())},

@@ -11,6 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// TTLAttribute is the idempotency table's time-to-live attribute (unix
+// seconds), which the CDK stack declares to DynamoDB.
+const TTLAttribute = "expires_at"
+
 // TableAPI is what CreateTables needs of the DynamoDB client.
 type TableAPI interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
@@ -74,7 +78,7 @@ func CreateTables(ctx context.Context, api TableAPI, t Tables) error {
 	_, _ = api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(t.Idempotency),
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{
-			AttributeName: aws.String("expires_at"), Enabled: aws.Bool(true),
+			AttributeName: aws.String(TTLAttribute), Enabled: aws.Bool(true),
 		},
 	})
 	return nil

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/jsii-runtime-go"
+)
+
+const (
+	// pollerTimeout and pollerMargin: the poller loops until pollerMargin
+	// before its deadline, so each run lasts about 70 s and a new one starts
+	// every 60 s: consecutive runs overlap and the queue is never unwatched.
+	pollerTimeout = 75 * time.Second
+	pollerMargin  = 5 * time.Second
+	// pollerConcurrency: the overlapping pair, and no pile-up beyond it
+	// when Redis is slow.
+	pollerConcurrency = 2
+	// consumerTimeout bounds one batch of up to 10 jobs, which run
+	// concurrently; a payout attempt takes at most 2 x PAYOUT_TIMEOUT
+	// (10 s) + 5 s.
+	consumerTimeout   = 30 * time.Second
+	consumerBatchSize = 10
+	// apiTimeout bounds a request; API Gateway gives up at 30 s.
+	apiTimeout = 10 * time.Second
+	// logRetention of the functions' logs.
+	logRetention = awslogs.RetentionDays_THREE_MONTHS
+)
+
+// eniActions are the network-interface permissions a Lambda function in a
+// VPC needs (those of the AWS-managed AWSLambdaVPCAccessExecutionRole). EC2
+// does not scope the Describe calls to resources, so they name "*": the one
+// "*" resource in the functions' roles.
+var eniActions = []string{
+	"ec2:CreateNetworkInterface",
+	"ec2:DescribeNetworkInterfaces",
+	"ec2:DescribeSubnets",
+	"ec2:DeleteNetworkInterface",
+	"ec2:AssignPrivateIpAddresses",
+	"ec2:UnassignPrivateIpAddresses",
+}
+
+// secretActions read a secret.
+var secretActions = []string{"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+
+// allow adds one statement to fn's role.
+func allow(fn awslambda.Function, actions []string, resources ...*string) {
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings(actions...),
+		Resources: &resources,
+	}))
+}
+
+// allowTables lets fn use tables and their indexes, named one by one.
+func (s *HourglassStack) allowTables(fn awslambda.Function, actions []string, tables ...awsdynamodb.Table) {
+	var resources []*string
+	for _, t := range tables {
+		resources = append(resources, t.TableArn())
+		for _, index := range s.indexes[t] {
+			resources = append(resources, jsii.String(*t.TableArn()+"/index/"+index))
+		}
+	}
+	allow(fn, actions, resources...)
+}
+
+type functionSpec struct {
+	name, description string
+	memoryMB          float64
+	timeout           time.Duration
+	env               map[string]*string
+	reserved          int
+}
+
+func (s *HourglassStack) createFunctions() error {
+	specs := []functionSpec{
+		{
+			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
+			description: "Withdrawal API: create, list, get, cancel; operator stats; health",
+		},
+		{
+			// More memory is more CPU: admissions come in bursts.
+			name: fnSeckill, memoryMB: 1024, timeout: apiTimeout,
+			description: "Flash-sale API: preheat, item state, purchase admission, purchase result",
+		},
+		{
+			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: pollerConcurrency,
+			description: "Claims due jobs from the Redis delay queues and sends them to the work queue",
+			env: map[string]*string{
+				"WORK_QUEUE_URL":          s.WorkQueue.QueueUrl(),
+				"HOURGLASS_POLLER_MARGIN": jsii.String(pollerMargin.String()),
+			},
+		},
+		{
+			name: fnConsumer, memoryMB: 512, timeout: consumerTimeout,
+			description: "Runs due jobs: payouts through the provider, finance messages, flash-sale orders",
+			env: map[string]*string{
+				"PAYOUT_URL":                jsii.String(s.settings.PayoutURL),
+				"PAYOUT_SIGNING_SECRET_ARN": s.payoutSecret().SecretArn(),
+				"FINANCE_TOPIC_ARN":         s.FinanceTopic.TopicArn(),
+			},
+		},
+	}
+	for _, spec := range specs {
+		if _, err := os.Stat(s.codePath(spec.name)); err != nil {
+			return fmt.Errorf("infra: %s's code: %w (run make build first)", spec.name, err)
+		}
+		s.Functions[spec.name] = s.newFunction(spec)
+	}
+
+	// Each role reaches only what its function uses, with actions spelled
+	// out (the CDK's grant helpers add kms:ReEncrypt*, GenerateDataKey* and
+	// index/* wildcards these functions do not need).
+	enqueue, poller, consumer := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer]
+	for _, fn := range s.Functions {
+		allow(fn, secretActions, s.RedisAuth.SecretArn())
+	}
+	// The ledger (HOURGLASS_LEDGER=dynamodb): the withdrawal API keeps
+	// withdrawals and idempotency records; the poller's reconciler reads
+	// withdrawals (by_state) and orders; the consumer moves withdrawals
+	// through their states and makes orders. The flash-sale API works on
+	// Redis alone.
+	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency)
+	s.allowTables(poller, tableActions, s.Withdrawals, s.Orders)
+	s.allowTables(consumer, tableActions, s.Withdrawals, s.Orders)
+	allow(poller, []string{"sqs:SendMessage"}, s.WorkQueue.QueueArn())
+	allow(consumer, []string{"sns:Publish"}, s.FinanceTopic.TopicArn())
+	// SQS and SNS encrypt with the data key on the sender's behalf.
+	for _, fn := range []awslambda.Function{poller, consumer} {
+		allow(fn, []string{"kms:GenerateDataKey", "kms:Decrypt"}, s.DataKey.KeyArn())
+	}
+	// secretsmanager:GetSecretValue on the name plus Secrets Manager's
+	// random six-character suffix.
+	s.payoutSecret().GrantRead(consumer, nil)
+
+	consumer.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
+		BatchSize:               jsii.Number(consumerBatchSize),
+		ReportBatchItemFailures: jsii.Bool(true),
+		MaxConcurrency:          jsii.Number(float64(s.settings.ConsumerMaxConcurrency)),
+	}))
+	return nil
+}
+
+// payoutSecret is the operator's existing secret holding the payout
+// signing key; the stack reads it, never creates or changes it.
+func (s *HourglassStack) payoutSecret() awssecretsmanager.ISecret {
+	if s.PayoutSecret == nil {
+		s.PayoutSecret = awssecretsmanager.Secret_FromSecretNameV2(s.Stack, jsii.String("PayoutSigningSecret"),
+			jsii.String(s.settings.PayoutSecretName))
+	}
+	return s.PayoutSecret
+}
+
+// baseEnv is what every function reads.
+func (s *HourglassStack) baseEnv() map[string]*string {
+	return map[string]*string{
+		"HOURGLASS_AUTH":              jsii.String("jwt"),
+		"REDIS_URL":                   s.redisURL(),
+		"REDIS_AUTH_SECRET_ARN":       s.RedisAuth.SecretArn(),
+		"HOURGLASS_QUEUE_SHARDS":      jsii.String(strconv.Itoa(s.settings.QueueShards)),
+		"HOURGLASS_LEDGER":            jsii.String("dynamodb"),
+		"HOURGLASS_WITHDRAWALS_TABLE": s.Withdrawals.TableName(),
+		"HOURGLASS_ORDERS_TABLE":      s.Orders.TableName(),
+		"HOURGLASS_IDEMPOTENCY_TABLE": s.Idempotency.TableName(),
+		"HOURGLASS_LOG_LEVEL":         jsii.String("info"),
+	}
+}
+
+func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
+	logs := awslogs.NewLogGroup(s.Stack, jsii.String(fnID(spec.name)+"Logs"), &awslogs.LogGroupProps{
+		Retention:     logRetention,
+		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
+	})
+	s.LogGroups[spec.name] = logs
+	// An own role instead of the AWS-managed execution policies: those grant
+	// logs:CreateLogGroup and PutLogEvents on every log group ("*"); this one
+	// writes to its own group only. Inline, so the function cannot be
+	// created before its role can make its network interfaces.
+	role := awsiam.NewRole(s.Stack, jsii.String(fnID(spec.name)+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Hourglass " + spec.name + " function"),
+		InlinePolicies: &map[string]awsiam.PolicyDocument{
+			"logs": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+				awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+					Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
+					Resources: &[]*string{logs.LogGroupArn()},
+				}),
+			}}),
+			"vpc-network-interfaces": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+				awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+					Actions:   jsii.Strings(eniActions...),
+					Resources: jsii.Strings("*"),
+				}),
+			}}),
+		},
+	})
+	suppress(role, "AwsSolutions-IAM5",
+		"Resource '*' is only on the VPC network-interface actions Lambda needs to attach the function to its "+
+			"subnets (those of AWSLambdaVPCAccessExecutionRole); EC2 does not scope ec2:Describe* to resources.",
+		"Resource::*")
+
+	env := s.baseEnv()
+	for k, v := range spec.env {
+		env[k] = v
+	}
+	props := &awslambda.FunctionProps{
+		Description:  jsii.String(spec.description),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: awslambda.Architecture_ARM_64(),
+		Handler:      jsii.String("bootstrap"),
+		Code:         awslambda.Code_FromAsset(jsii.String(s.codePath(spec.name)), nil),
+		MemorySize:   jsii.Number(spec.memoryMB),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		Environment:  &env,
+		Role:         role,
+		Vpc:          s.Vpc,
+		VpcSubnets:   &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+		SecurityGroups: &[]awsec2.ISecurityGroup{
+			s.FunctionsSG,
+		},
+		LogGroup:      logs,
+		LoggingFormat: awslambda.LoggingFormat_JSON,
+		// The functions log JSON lines (log/slog) and filter by
+		// HOURGLASS_LOG_LEVEL themselves; Lambda passes every line on, and
+		// the EMF metric lines, which have no level, count as INFO.
+		ApplicationLogLevelV2: awslambda.ApplicationLogLevel_DEBUG,
+		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
+	}
+	if spec.reserved > 0 {
+		props.ReservedConcurrentExecutions = jsii.Number(float64(spec.reserved))
+	}
+	if spec.name == fnPoller {
+		// A failed or throttled run is not retried: the next one starts
+		// within the minute, and a late retry would only crowd it.
+		props.RetryAttempts = jsii.Number(0)
+		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(60))
+	}
+	return awslambda.NewFunction(s.Stack, jsii.String(fnID(spec.name)), props)
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/hourglass/hourglass/shared/metrics"
+)
+
+// Values of the Queue dimension the functions emit.
+const (
+	queueWithdrawals = "withdrawals"
+	queueSeckill     = "seckill"
+)
+
+// refusalReasons are the values of the Refusals metric's Reason dimension.
+var refusalReasons = []string{"sold_out", "already_purchased", "not_started", "ended", "backlog_full"}
+
+// Alarm thresholds.
+const (
+	// dueLagThresholdMs: a withdrawal handed over a minute late, three
+	// minutes running, means the poller cannot keep up or is not running.
+	dueLagThresholdMs = 60_000
+	dueLagPeriods     = 3
+	// redisMemoryPercent: with noeviction, a full Redis refuses writes;
+	// page well before, while adding shards is still calm.
+	redisMemoryPercent = 80
+)
+
+func (s *HourglassStack) createSchedule() {
+	awsevents.NewRule(s.Stack, jsii.String("PollerSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Starts the poller every minute; each run lasts a little longer, so runs overlap"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Functions[fnPoller], &awseventstargets.LambdaFunctionProps{
+			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+			RetryAttempts: jsii.Number(2),
+		})},
+	})
+}
+
+var minute = awscdk.Duration_Minutes(jsii.Number(1))
+
+// hgMetric is one of the functions' EMF metrics.
+func hgMetric(name, stat, label string, dims map[string]string) awscloudwatch.Metric {
+	props := &awscloudwatch.MetricProps{
+		Namespace:  jsii.String(metrics.Namespace),
+		MetricName: jsii.String(name),
+		Statistic:  jsii.String(stat),
+		Period:     minute,
+	}
+	if label != "" {
+		props.Label = jsii.String(label)
+	}
+	if len(dims) > 0 {
+		m := map[string]*string{}
+		for k, v := range dims {
+			m[k] = jsii.String(v)
+		}
+		props.DimensionsMap = &m
+	}
+	return awscloudwatch.NewMetric(props)
+}
+
+func queueMetric(name, stat, queue string) awscloudwatch.Metric {
+	return hgMetric(name, stat, queue, map[string]string{"Queue": queue})
+}
+
+// redisMetric is an ElastiCache metric of one node (a cache cluster).
+func redisMetric(name, node string) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String("AWS/ElastiCache"),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{"CacheClusterId": jsii.String(node)},
+		Statistic:     jsii.String("Maximum"),
+		Period:        minute,
+		Label:         jsii.String(node),
+	})
+}
+
+func metricList(ms ...awscloudwatch.IMetric) *[]awscloudwatch.IMetric { return &ms }
+
+func graph(title string, width float64, left []awscloudwatch.IMetric, opts ...func(*awscloudwatch.GraphWidgetProps)) awscloudwatch.IWidget {
+	p := &awscloudwatch.GraphWidgetProps{
+		Title:  jsii.String(title),
+		Width:  jsii.Number(width),
+		Height: jsii.Number(6),
+		Left:   &left,
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return awscloudwatch.NewGraphWidget(p)
+}
+
+func lineAt(value float64, label string) func(*awscloudwatch.GraphWidgetProps) {
+	return func(p *awscloudwatch.GraphWidgetProps) {
+		p.LeftAnnotations = &[]*awscloudwatch.HorizontalAnnotation{{Value: jsii.Number(value), Label: jsii.String(label)}}
+	}
+}
+
+func (s *HourglassStack) createMonitoring() {
+	queues := []string{queueWithdrawals, queueSeckill}
+	perQueue := func(name, stat string) []awscloudwatch.IMetric {
+		var ms []awscloudwatch.IMetric
+		for _, q := range queues {
+			ms = append(ms, queueMetric(name, stat, q))
+		}
+		return ms
+	}
+	sum := func(name string) awscloudwatch.Metric { return hgMetric(name, "Sum", name, nil) }
+
+	paid, failed := hgMetric(metrics.PayoutsPaid, "Sum", "", nil), hgMetric(metrics.PayoutsFailed, "Sum", "", nil)
+	successRate := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression:   jsii.String("100 * paid / (paid + failed)"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{"paid": paid, "failed": failed},
+		Label:        jsii.String("Payout success rate (%)"),
+		Period:       minute,
+	})
+	var refusals []awscloudwatch.IMetric
+	for _, r := range refusalReasons {
+		refusals = append(refusals, hgMetric(metrics.Refusals, "Sum", r, map[string]string{"Reason": r}))
+	}
+	// Items come and go with the sales; a search finds every one.
+	stockLeft := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String(fmt.Sprintf(`SEARCH('{%s,Item} MetricName="%s"', 'Minimum', 60)`, metrics.Namespace, metrics.StockLeft)),
+		Label:      jsii.String("Stock left"),
+		Period:     minute,
+	})
+
+	var fnErrors, fnDurations, fnThrottles []awscloudwatch.IMetric
+	for _, name := range functionNames {
+		fn := s.Functions[name]
+		fnErrors = append(fnErrors, fn.MetricErrors(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute, Label: jsii.String(name)}))
+		fnDurations = append(fnDurations, fn.MetricDuration(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute, Label: jsii.String(name + " p99")}))
+		fnThrottles = append(fnThrottles, fn.MetricThrottles(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute, Label: jsii.String(name)}))
+	}
+	var redisMemory, redisCPU []awscloudwatch.IMetric
+	for _, shard := range s.redisNodeClusters {
+		for _, node := range shard {
+			redisMemory = append(redisMemory, redisMetric("DatabaseMemoryUsagePercentage", node))
+			redisCPU = append(redisCPU, redisMetric("EngineCPUUtilization", node))
+		}
+	}
+	dlqDepth := s.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+		Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("SQS dead-letter queue"),
+	})
+
+	s.Dashboard = awscloudwatch.NewDashboard(s.Stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+		DashboardName:   jsii.String(*s.Stack.StackName()),
+		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
+		Widgets: &[]*[]awscloudwatch.IWidget{
+			{
+				graph("Queue size (scheduled jobs)", 6, perQueue(metrics.DueBacklog, "Maximum")),
+				graph("Due backlog (due now, not yet claimed)", 6, perQueue(metrics.DueNow, "Maximum")),
+				graph("Oldest due lag (ms)", 6, perQueue(metrics.OldestDueLagMs, "Maximum"), lineAt(dueLagThresholdMs, "alarm")),
+				graph("In flight (claimed, lease running)", 6, perQueue(metrics.Inflight, "Maximum")),
+			},
+			{
+				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth)),
+				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries)}),
+				graph("Payout success rate (%)", 6, []awscloudwatch.IMetric{successRate}),
+				graph("Lag (ms): due to dispatch, due to consumer", 6, []awscloudwatch.IMetric{
+					hgMetric(metrics.DispatchLagMs, "p99", "dispatch p99", nil),
+					hgMetric(metrics.ConsumerLagMs, "p50", "consumer p50", nil),
+					hgMetric(metrics.ConsumerLagMs, "p99", "consumer p99", nil),
+				}),
+			},
+			{
+				graph("Poller: claimed, refused by SQS, reaped", 6, []awscloudwatch.IMetric{
+					sum(metrics.Claimed), sum(metrics.Refused), sum(metrics.Reaped),
+				}),
+				graph("Flash sale: admissions and orders", 6, []awscloudwatch.IMetric{
+					sum(metrics.Admitted), sum(metrics.OrdersConfirmed), sum(metrics.OrdersReleased),
+					sum(metrics.CompensationRequeued), sum(metrics.CompensationReleased),
+				}),
+				graph("Flash sale: refusals by reason", 6, refusals),
+				graph("Flash sale: stock left by item", 6, []awscloudwatch.IMetric{stockLeft}),
+			},
+			{
+				graph("Lambda errors", 6, fnErrors),
+				graph("Lambda duration p99 (ms)", 6, fnDurations),
+				graph("Lambda throttles", 6, fnThrottles),
+				graph("HTTP API", 6, []awscloudwatch.IMetric{
+					s.Api.MetricClientError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+					s.Api.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+				}, func(p *awscloudwatch.GraphWidgetProps) {
+					p.Right = metricList(s.Api.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute}))
+				}),
+			},
+			{
+				graph("Redis memory used (%)", 8, redisMemory, lineAt(redisMemoryPercent, "alarm")),
+				graph("Redis engine CPU (%)", 8, redisCPU),
+				graph("Work queue", 8, []awscloudwatch.IMetric{
+					s.WorkQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}),
+					s.WorkQueue.MetricApproximateNumberOfMessagesNotVisible(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}),
+				}, func(p *awscloudwatch.GraphWidgetProps) {
+					p.Right = metricList(s.WorkQueue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}))
+				}),
+			},
+		},
+	})
+
+	s.createAlarms(dlqDepth)
+}
+
+func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
+	action := awscloudwatchactions.NewSnsAction(s.AlarmTopic)
+	alarm := func(id, description string, props *awscloudwatch.AlarmProps) {
+		props.AlarmDescription = jsii.String(description)
+		if props.ComparisonOperator == "" {
+			props.ComparisonOperator = awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
+		}
+		if props.TreatMissingData == "" {
+			props.TreatMissingData = awscloudwatch.TreatMissingData_NOT_BREACHING
+		}
+		a := awscloudwatch.NewAlarm(s.Stack, jsii.String(id), props)
+		a.AddAlarmAction(action)
+		a.AddOkAction(action)
+		s.Alarms = append(s.Alarms, a)
+	}
+
+	alarm("WithdrawalsDueLagAlarm",
+		"Withdrawals are handed over more than a minute after they fall due, three minutes running: the poller is behind or stuck.",
+		&awscloudwatch.AlarmProps{
+			Metric:            queueMetric(metrics.OldestDueLagMs, "Maximum", queueWithdrawals),
+			Threshold:         jsii.Number(dueLagThresholdMs),
+			EvaluationPeriods: jsii.Number(dueLagPeriods),
+			DatapointsToAlarm: jsii.Number(dueLagPeriods),
+		})
+	alarm("DeadLetterQueueAlarm",
+		"A job message failed 5 deliveries and sits in the dead-letter queue: see the consumer's logs, then redrive it.",
+		&awscloudwatch.AlarmProps{
+			Metric:            dlqDepth,
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	for _, name := range functionNames {
+		fn := s.Functions[name]
+		alarm(fnID(name)+"ErrorsAlarm",
+			fmt.Sprintf("The %s function failed (an error, a timeout or a crash).", name),
+			&awscloudwatch.AlarmProps{
+				Metric:            fn.MetricErrors(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+				Threshold:         jsii.Number(0),
+				EvaluationPeriods: jsii.Number(1),
+			})
+	}
+	// No data is the alarm here: a poller that is not started leaves none.
+	alarm("PollerNotRunningAlarm",
+		"The poller has not run for 5 minutes: no withdrawal falls due. Check the EventBridge schedule and the function.",
+		&awscloudwatch.AlarmProps{
+			Metric: s.Functions[fnPoller].MetricInvocations(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Sum"), Period: awscdk.Duration_Minutes(jsii.Number(5)),
+			}),
+			Threshold:          jsii.Number(1),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_BREACHING,
+		})
+	// One alarm per shard, on its fullest node (primary or replica).
+	for i, shard := range s.redisNodeClusters {
+		using := map[string]awscloudwatch.IMetric{}
+		var ids []string
+		for j, node := range shard {
+			id := fmt.Sprintf("m%d", j)
+			using[id] = redisMetric("DatabaseMemoryUsagePercentage", node)
+			ids = append(ids, id)
+		}
+		alarm(fmt.Sprintf("RedisMemoryShard%dAlarm", i+1),
+			fmt.Sprintf("Redis shard %d is over %d%% of its memory; with noeviction a full shard refuses writes. Add shards (redisShards) or a larger node type.", i+1, redisMemoryPercent),
+			&awscloudwatch.AlarmProps{
+				Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+					Expression:   jsii.String(fmt.Sprintf("MAX([%s])", strings.Join(ids, ","))),
+					UsingMetrics: &using,
+					Label:        jsii.String(fmt.Sprintf("shard %d memory (%%)", i+1)),
+					Period:       minute,
+				}),
+				Threshold:         jsii.Number(redisMemoryPercent),
+				EvaluationPeriods: jsii.Number(1),
+			})
+	}
+}
+
+// fnID is a function's construct id: Enqueue, Seckill, Poller, Consumer.
+func fnID(name string) string { return string(name[0]-'a'+'A') + name[1:] }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCdkNagAwsSolutions: cdk-nag's AwsSolutions pack finds nothing it was
+// not told about, with every optional setting off and on.
+func TestCdkNagAwsSolutions(t *testing.T) {
+	f := stacks(t)
+	for _, e := range f.nagErrors {
+		t.Errorf("cdk-nag: %s", *e)
+	}
+	for _, w := range f.nagWarnings {
+		t.Logf("cdk-nag warning: %s", *w)
+	}
+}
+
+// TestNagSuppressionsHaveReasons: each accepted finding says why, at a
+// length that can name the reason (cdk-nag itself only wants 10 characters).
+func TestNagSuppressionsHaveReasons(t *testing.T) {
+	f := stacks(t)
+	n := 0
+	for id, r := range f.defMap["Resources"].(map[string]any) {
+		md, _ := r.(map[string]any)["Metadata"].(map[string]any)
+		nag, _ := md["cdk_nag"].(map[string]any)
+		for _, s := range asList(nag["rules_to_suppress"]) {
+			sup := s.(map[string]any)
+			n++
+			reason, _ := sup["reason"].(string)
+			if len(reason) < 60 || !strings.Contains(reason, " ") {
+				t.Errorf("%s: suppression of %v has no real reason: %q", id, sup["id"], reason)
+			}
+		}
+	}
+	// The four function roles (VPC network interfaces), the two public
+	// routes and the Redis AUTH secret's rotation.
+	if n != 4+2+1 {
+		t.Errorf("%d suppressions, want 7: a new one needs a reason here too", n)
+	}
+}

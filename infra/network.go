@@ -1,0 +1,124 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Subnet tiers: the NAT gateways live in public subnets, the functions in
+// app subnets (egress through NAT, for the payout provider), ElastiCache in
+// data subnets, which have no route out at all.
+const (
+	subnetPublic = "public"
+	subnetApp    = "app"
+	subnetData   = "data"
+)
+
+// redisPort is the ElastiCache port. Not Redis's default 6379: scanners try
+// that first (cdk-nag AwsSolutions-AEC5).
+const redisPort = 6380
+
+// interfaceEndpoints are the AWS services the functions call from the VPC:
+// the poller sends to SQS, the consumer publishes to SNS, every function reads
+// a secret at cold start. DynamoDB has a gateway endpoint. CloudWatch Logs is
+// not called from the VPC: Lambda ships the functions' stdout itself (and the
+// metrics are EMF log lines), and SQS, SNS and Secrets Manager call KMS on
+// their callers' behalf.
+var interfaceEndpoints = []struct {
+	id      string
+	service func() awsec2.InterfaceVpcEndpointAwsService
+}{
+	{"SqsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SQS},
+	{"SnsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SNS},
+	{"SecretsManagerEndpoint", awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER},
+}
+
+func (s *HourglassStack) createKeys() {
+	s.DataKey = awskms.NewKey(s.Stack, jsii.String("DataKey"), &awskms.KeyProps{
+		Description:       jsii.String("Hourglass: work queue, dead-letter queue, finance topic, ElastiCache at rest"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
+	})
+	s.AlarmKey = awskms.NewKey(s.Stack, jsii.String("AlarmKey"), &awskms.KeyProps{
+		Description:       jsii.String("Hourglass: ops alarm topic (CloudWatch alarms publish to it)"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
+	})
+}
+
+func (s *HourglassStack) createNetwork() {
+	flowLogs := awslogs.NewLogGroup(s.Stack, jsii.String("VpcFlowLogs"), &awslogs.LogGroupProps{
+		Retention:     awslogs.RetentionDays_ONE_MONTH,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+	s.Vpc = awsec2.NewVpc(s.Stack, jsii.String("Vpc"), &awsec2.VpcProps{
+		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
+		MaxAzs:      jsii.Number(2),
+		// One NAT gateway per AZ: losing an AZ must not cut the payouts
+		// of the other.
+		NatGateways: jsii.Number(2),
+		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
+			{Name: jsii.String(subnetPublic), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
+			{Name: jsii.String(subnetApp), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(22)},
+			{Name: jsii.String(subnetData), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
+		},
+		// Nothing uses the default security group; strip its rules so nothing can.
+		RestrictDefaultSecurityGroup: jsii.Bool(true),
+		FlowLogs: &map[string]*awsec2.FlowLogOptions{
+			"All": {
+				Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(flowLogs, nil),
+				TrafficType: awsec2.FlowLogTrafficType_ALL,
+			},
+		},
+		GatewayEndpoints: &map[string]*awsec2.GatewayVpcEndpointOptions{
+			"DynamoDbEndpoint": {
+				Service: awsec2.GatewayVpcEndpointAwsService_DYNAMODB(),
+				Subnets: &[]*awsec2.SubnetSelection{{SubnetGroupName: jsii.String(subnetApp)}},
+			},
+		},
+	})
+
+	s.FunctionsSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("FunctionsSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              s.Vpc,
+		Description:      jsii.String("Hourglass Lambda functions: Redis, AWS endpoints and the payout provider only"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	s.RedisSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("RedisSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              s.Vpc,
+		Description:      jsii.String("Hourglass ElastiCache: admits the functions on the Redis port only"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	s.EndpointsSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("EndpointsSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              s.Vpc,
+		Description:      jsii.String("Hourglass VPC interface endpoints: admit the functions on HTTPS"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+
+	redis := awsec2.Port_Tcp(jsii.Number(redisPort))
+	https := awsec2.Port_Tcp(jsii.Number(443))
+	s.RedisSG.AddIngressRule(s.FunctionsSG, redis, jsii.String("Hourglass functions to Redis"), nil)
+	s.FunctionsSG.AddEgressRule(s.RedisSG, redis, jsii.String("Redis"), nil)
+	s.EndpointsSG.AddIngressRule(s.FunctionsSG, https, jsii.String("Hourglass functions to AWS APIs"), nil)
+	// HTTPS anywhere: the payout provider, which lives outside AWS, and
+	// DynamoDB through its gateway endpoint (a prefix list route).
+	port, _ := payoutPort(s.settings.PayoutURL) // checked by SettingsFrom
+	s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
+		jsii.String("Payout provider and DynamoDB over TLS"), nil)
+	if port != 443 {
+		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), https, jsii.String("DynamoDB over TLS"), nil)
+	}
+
+	for _, ep := range interfaceEndpoints {
+		s.Vpc.AddInterfaceEndpoint(jsii.String(ep.id), &awsec2.InterfaceVpcEndpointOptions{
+			Service:           ep.service(),
+			Subnets:           &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+			PrivateDnsEnabled: jsii.Bool(true),
+			SecurityGroups:    &[]awsec2.ISecurityGroup{s.EndpointsSG},
+			// Only the functions' security group, not the whole VPC.
+			Open: jsii.Bool(false),
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestCdkJSONDocumentsTheDefaults: infra/cdk.json lists every setting at
+// its default, so an operator sees (and edits) them there.
+func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
+	ctx, err := fileContext("cdk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := SettingsFrom(func(key string) any { return ctx[key] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultSettings(), got); diff != "" {
+		t.Errorf("cdk.json context differs from DefaultSettings (-code +cdk.json):\n%s", diff)
+	}
+	keys := []string{ctxJWTIssuer, ctxJWTAudience, ctxFinanceEmail, ctxAlarmEmail, ctxRedisNodeType, ctxRedisShards,
+		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxConsumerMaxConcurrency}
+	for _, k := range keys {
+		if _, ok := ctx[k]; !ok {
+			t.Errorf("cdk.json does not document %s", k)
+		}
+	}
+	if len(ctx) != len(keys) {
+		t.Errorf("cdk.json has %d context keys, the app reads %d", len(ctx), len(keys))
+	}
+}
+
+func TestSettingsFrom(t *testing.T) {
+	tests := []struct {
+		name    string
+		ctx     map[string]any
+		want    func(*Settings)
+		wantErr []string
+	}{
+		{name: "defaults", ctx: map[string]any{}, want: func(*Settings) {}},
+		{
+			name: "strings from -c",
+			ctx: map[string]any{
+				"jwtIssuer": "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_abc", "jwtAudience": "app-client",
+				"financeEmail": "finance@example.com", "alarmEmail": " ops@example.com ", "redisNodeType": "cache.r7g.xlarge",
+				"redisShards": "3", "queueShards": "16", "payoutUrl": "https://pay.example.com/payouts",
+				"payoutSecretName": "prod/payout", "consumerMaxConcurrency": "100",
+			},
+			want: func(s *Settings) {
+				s.JWTIssuer, s.JWTAudience = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_abc", "app-client"
+				s.FinanceEmail, s.AlarmEmail, s.RedisNodeType = "finance@example.com", "ops@example.com", "cache.r7g.xlarge"
+				s.RedisShards, s.QueueShards, s.ConsumerMaxConcurrency = 3, 16, 100
+				s.PayoutURL, s.PayoutSecretName = "https://pay.example.com/payouts", "prod/payout"
+			},
+		},
+		{
+			name: "numbers from cdk.json",
+			ctx:  map[string]any{"redisShards": 4.0, "queueShards": 1.0},
+			want: func(s *Settings) { s.RedisShards, s.QueueShards = 4, 1 },
+		},
+		{
+			name: "everything wrong at once",
+			ctx: map[string]any{
+				"jwtIssuer": "http://issuer.example.com", "jwtAudience": "", "financeEmail": "finance",
+				"redisNodeType": "r7g.large", "redisShards": "0", "queueShards": 2.5, "payoutUrl": "http://pay.example.com",
+				"payoutSecretName": "bad name", "consumerMaxConcurrency": 1.0, "alarmEmail": 7.0,
+			},
+			wantErr: []string{"jwtIssuer", "jwtAudience", "financeEmail", "alarmEmail", "redisNodeType", "redisShards",
+				"queueShards", "payoutUrl", "payoutSecretName", "consumerMaxConcurrency"},
+		},
+		{name: "shards out of range", ctx: map[string]any{"queueShards": "2000"}, wantErr: []string{"queueShards: 2000 is outside 1..1024"}},
+		{name: "bad payout port", ctx: map[string]any{"payoutUrl": "https://pay.example.com:99999/"}, wantErr: []string{"payoutUrl"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SettingsFrom(func(key string) any { return tt.ctx[key] })
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("no error; want one naming %v", tt.wantErr)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not name %s", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := DefaultSettings()
+			tt.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("settings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPlaceholders(t *testing.T) {
+	if got := DefaultSettings().Placeholders(); !cmp.Equal(got, []string{"jwtIssuer", "payoutUrl"}) {
+		t.Errorf("placeholders %v", got)
+	}
+	if got := optSettings.Placeholders(); got != nil {
+		t.Errorf("placeholders %v of real settings", got)
+	}
+}
+
+func TestPayoutPort(t *testing.T) {
+	for url, want := range map[string]int{
+		"https://pay.example.com/x": 443, "https://pay.example.com:8443/x": 8443,
+	} {
+		if got, err := payoutPort(url); err != nil || got != want {
+			t.Errorf("payoutPort(%q) = %d, %v; want %d", url, got, err, want)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticache"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// The four Lambda functions, named as under functions/ and dist/.
+const (
+	fnEnqueue  = "enqueue"
+	fnSeckill  = "seckill"
+	fnPoller   = "poller"
+	fnConsumer = "consumer"
+)
+
+// functionNames lists them in a fixed order.
+var functionNames = []string{fnEnqueue, fnSeckill, fnPoller, fnConsumer}
+
+// HourglassStackProps configures the stack.
+type HourglassStackProps struct {
+	awscdk.StackProps
+	Settings Settings
+	// CodeDir holds <function>/function.zip for each function: dist/ after
+	// `make build`, or a directory of stand-ins in tests.
+	CodeDir string
+}
+
+// HourglassStack is the whole system: network, Redis, ledger tables,
+// messaging, the four functions, the HTTP API and monitoring. Its fields are
+// the parts tests and neighbours look at.
+type HourglassStack struct {
+	Stack    awscdk.Stack
+	settings Settings
+	codeDir  string
+
+	Vpc               awsec2.Vpc
+	FunctionsSG       awsec2.SecurityGroup
+	RedisSG           awsec2.SecurityGroup
+	EndpointsSG       awsec2.SecurityGroup
+	DataKey           awskms.Key
+	AlarmKey          awskms.Key
+	RedisAuth         awssecretsmanager.Secret
+	Redis             awselasticache.CfnReplicationGroup
+	RedisParameters   awselasticache.CfnParameterGroup
+	Withdrawals       awsdynamodb.Table
+	Orders            awsdynamodb.Table
+	Idempotency       awsdynamodb.Table
+	WorkQueue         awssqs.Queue
+	DeadLetterQueue   awssqs.Queue
+	FinanceTopic      awssns.Topic
+	AlarmTopic        awssns.Topic
+	PayoutSecret      awssecretsmanager.ISecret
+	Functions         map[string]awslambda.Function
+	LogGroups         map[string]awslogs.LogGroup
+	Api               awsapigatewayv2.HttpApi
+	Dashboard         awscloudwatch.Dashboard
+	Alarms            []awscloudwatch.Alarm
+	redisNodeClusters [][]string
+	// indexes names each table's global secondary indexes.
+	indexes map[awsdynamodb.Table][]string
+}
+
+// NewHourglassStack defines the stack in scope.
+func NewHourglassStack(scope constructs.Construct, id string, props *HourglassStackProps) (*HourglassStack, error) {
+	if props == nil || props.CodeDir == "" {
+		return nil, fmt.Errorf("infra: the stack needs CodeDir, the directory of <function>/function.zip")
+	}
+	sp := props.StackProps
+	if sp.Description == nil {
+		sp.Description = jsii.String("Hourglass: delayed withdrawals and flash sales on ElastiCache, Lambda and API Gateway")
+	}
+	s := &HourglassStack{
+		Stack:     awscdk.NewStack(scope, jsii.String(id), &sp),
+		settings:  props.Settings,
+		codeDir:   props.CodeDir,
+		Functions: map[string]awslambda.Function{},
+		LogGroups: map[string]awslogs.LogGroup{},
+		indexes:   map[awsdynamodb.Table][]string{},
+	}
+	for _, name := range s.settings.Placeholders() {
+		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String("hourglass:placeholder-"+name),
+			jsii.String(fmt.Sprintf("context %s is a placeholder: this template serves no one, and cdk deploy refuses it (pass -c %s=...)", name, name)), nil)
+	}
+	s.createKeys()
+	s.createNetwork()
+	s.createRedis()
+	s.createTables()
+	s.createMessaging()
+	if err := s.createFunctions(); err != nil {
+		return nil, err
+	}
+	s.createApi()
+	s.createSchedule()
+	s.createMonitoring()
+	s.createOutputs()
+	return s, nil
+}
+
+// codePath is where function name's deployment package lies.
+func (s *HourglassStack) codePath(name string) string {
+	return filepath.Join(s.codeDir, name, "function.zip")
+}
+
+// redisGroupID is the replication group's name: fixed (not generated) so
+// the dashboard and alarms can name its nodes, which ElastiCache calls
+// <group>-<shard 0001..>-<node 001..>.
+func (s *HourglassStack) redisGroupID() string {
+	return strings.ToLower(*s.Stack.StackName())
+}
+
+func (s *HourglassStack) createOutputs() {
+	out := func(id, desc string, value *string) {
+		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
+	}
+	out("ApiUrl", "Base URL of the HTTP API", s.Api.ApiEndpoint())
+	out("WorkQueueUrl", "SQS work queue (poller -> consumer)", s.WorkQueue.QueueUrl())
+	out("DeadLetterQueueUrl", "Jobs the consumer failed 5 times", s.DeadLetterQueue.QueueUrl())
+	out("FinanceTopicArn", "Processed payouts for finance (subscribe e-mail, SQS or HTTPS)", s.FinanceTopic.TopicArn())
+	out("AlarmTopicArn", "Ops alarms", s.AlarmTopic.TopicArn())
+	out("RedisConfigurationEndpoint", "ElastiCache cluster-mode configuration endpoint (TLS)",
+		jsii.String(fmt.Sprintf("%s:%s", *s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort())))
+	out("RedisAuthSecretArn", "Secrets Manager secret holding the ElastiCache AUTH token", s.RedisAuth.SecretArn())
+	for _, name := range functionNames {
+		out(fnID(name)+"LogGroup", "Log group of the "+name+" function (aws logs tail --follow)", s.LogGroups[name].LogGroupName())
+	}
+	out("DashboardUrl", "CloudWatch dashboard", jsii.String(fmt.Sprintf(
+		"https://%s.console.aws.amazon.com/cloudwatch/home?region=%s#dashboards:name=%s",
+		*s.Stack.Region(), *s.Stack.Region(), *s.Dashboard.DashboardName())))
+}

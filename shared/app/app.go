@@ -145,7 +145,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 			return nil, err
 		}
 		d := ledger.NewDynamo(a.Dynamo, a.Tables(), q, ledger.DynamoOptions{
-			Horizon: cfg.RedisHorizon, NotifyGrace: cfg.ReconcileInterval, Logger: log,
+			Horizon: cfg.RedisHorizon, Grace: cfg.ReconcileInterval, Logger: log,
 		})
 		a.Ledger, a.Orders = d, d
 	default:

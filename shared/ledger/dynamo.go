@@ -72,10 +72,12 @@ type DynamoOptions struct {
 	// Horizon: withdrawals due further ahead stay out of Redis until the
 	// reconciler promotes them (default DefaultHorizon).
 	Horizon time.Duration
-	// NotifyGrace is how long a paid or failed withdrawal's own consumer has
-	// to tell finance before the reconciler sends its job again (default 1m).
-	NotifyGrace time.Duration
-	Logger      *slog.Logger
+	// Grace is how long the pipeline has to move a withdrawal on before the
+	// reconciler steps in: a job due a moment ago may sit in the work queue
+	// (SQS holds it, not Redis), and a paid one's consumer may still be telling
+	// finance (default 1m).
+	Grace  time.Duration
+	Logger *slog.Logger
 }
 
 var (
@@ -88,8 +90,8 @@ func NewDynamo(db DynamoAPI, tables Tables, q *delayq.Queue, opts DynamoOptions)
 	if opts.Horizon <= 0 {
 		opts.Horizon = DefaultHorizon
 	}
-	if opts.NotifyGrace <= 0 {
-		opts.NotifyGrace = time.Minute
+	if opts.Grace <= 0 {
+		opts.Grace = time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -257,8 +259,14 @@ func (d *Dynamo) Reserve(ctx context.Context, r withdrawal.Reservation) (withdra
 	return st, nil
 }
 
-// Release implements withdrawal.Ledger.
+// Release implements withdrawal.Ledger. A reservation whose withdrawal was
+// written (its create failed after the record, or its answer was lost) is
+// kept: the retry takes it over and completes it with that same record,
+// where releasing it would let the retry make a second withdrawal.
 func (d *Dynamo) Release(ctx context.Context, key withdrawal.IdemKey, id string) error {
+	if _, written, err := d.load(ctx, id); err != nil || written {
+		return err
+	}
 	_, err := d.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: &d.tables.Idempotency, Key: item{"pk": s(idemPK(key.UserID, key.Key))},
 		ConditionExpression:       aws.String("#state = :pending AND wid = :id"),

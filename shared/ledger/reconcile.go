@@ -41,8 +41,8 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	var errs []error
 	for _, key := range []string{string(withdrawal.Scheduled), string(withdrawal.Retrying)} {
 		err := d.scan(ctx, key, horizon, func(w withdrawal.Withdrawal, queued bool) error {
-			if queued {
-				return nil
+			if queued || (!w.DueAt.After(now) && w.DueAt.After(now.Add(-d.opts.Grace))) {
+				return nil // held, or due a moment ago and likely in the work queue
 			}
 			if err := d.q.Add(ctx, w.Shard, w.ID, w.DueAt); err != nil {
 				return err
@@ -65,7 +65,7 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 		return d.q.Add(ctx, w.Shard, w.ID, now)
 	}))
 	errs = append(errs, d.scan(ctx, unnotified, far, func(w withdrawal.Withdrawal, queued bool) error {
-		if queued || w.ProcessedAt.After(now.Add(-d.opts.NotifyGrace)) {
+		if queued || w.ProcessedAt.After(now.Add(-d.opts.Grace)) {
 			return nil
 		}
 		rep.Renotified++

@@ -105,10 +105,11 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		return Created{}, err
 	}
 	key := IdemKey{UserID: userID, Key: idemKey, Shard: s.cfg.ShardFor(userID)}
+	candidate := NewID(now)
 	st, err := s.cfg.Ledger.Reserve(ctx, Reservation{
 		Key:         key,
 		Fingerprint: req.Fingerprint,
-		ID:          NewID(now),
+		ID:          candidate,
 		Now:         now,
 		LockUntil:   now.Add(s.cfg.KeyLock),
 		ExpiresAt:   now.Add(s.cfg.KeyRetention),
@@ -137,6 +138,16 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		DueAt:       req.DueAt,
 		CreatedAt:   now,
 		UpdatedAt:   now,
+	}
+	if st.ID != candidate {
+		// We took over the reservation of a request that died. A ledger that
+		// writes the record before completing the key may hold its record:
+		// that withdrawal, with its times, is the answer to give and keep.
+		if prior, err := s.cfg.Ledger.Get(ctx, userID, st.ID); err == nil {
+			w = prior
+		} else if !errors.Is(err, ErrNotFound) {
+			return Created{}, err
+		}
 	}
 	resp, err := json.Marshal(w.View())
 	if err != nil {

@@ -232,14 +232,18 @@ func TestConcurrentDuplicateDeliveriesPayOnce(t *testing.T) {
 		for range n {
 			wg.Go(func() { errs <- e.proc.Process(ctx, ref) })
 		}
-		time.Sleep(50 * time.Millisecond) // let every delivery reach Begin
-		close(e.prov.block)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
+		// One delivery holds the attempt (blocked in the provider); every
+		// other one finds it under way and is done with. Only then does the
+		// provider answer.
+		for range n - 1 {
+			if err := <-errs; err != nil {
 				t.Fatal(err)
 			}
+		}
+		close(e.prov.block)
+		wg.Wait()
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 		// The deliveries that found the attempt under way left the job due
 		// again at the attempt's deadline; when it comes, it finds the work done.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,6 +45,14 @@ var (
 type Store struct {
 	rdb    redis.Cmdable
 	prefix string
+	// keyCache holds the key names of item shards seen, so the admission
+	// path does not build them again for every purchase.
+	keyCache sync.Map // shardRef -> shardKeys
+}
+
+type shardRef struct {
+	item string
+	n    int
 }
 
 // NewStore returns the Store on rdb with key prefix (default "hg:").
@@ -60,7 +69,13 @@ func (s *Store) Queue(item string, shards int) (*delayq.Queue, error) {
 }
 
 func (s *Store) keys(item string, n int) shardKeys {
-	return newShardKeys(delayq.KeysOf(s.prefix, QueueName(item), n))
+	ref := shardRef{item, n}
+	if k, ok := s.keyCache.Load(ref); ok {
+		return k.(shardKeys)
+	}
+	k := newShardKeys(delayq.KeysOf(s.prefix, QueueName(item), n))
+	s.keyCache.Store(ref, k)
+	return k
 }
 
 // Shards returns the registered shard count of item, 0 if it is unknown.

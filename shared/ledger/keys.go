@@ -15,6 +15,9 @@ import (
 //	<tag>:u:<user>:w      sorted set: the user's withdrawal ids (lex order)
 //	<tag>:idem:<digest>   hash: an idempotency record (digest of user and key)
 //	<tag>:idem-exp        sorted set: idempotency record names by expiry
+//	<tag>:open            sorted set: withdrawals not done with (not final,
+//	                      or final and finance not told), by when to look at
+//	                      them again: due time, attempt deadline, or outcome
 //
 // where <tag> is the shard's "<prefix>{dq:withdrawals:<n>}".
 func recordKey(k delayq.Keys, id string) string { return k.Key("w", id) }
@@ -32,3 +35,5 @@ func idemKey(k delayq.Keys, userID, key string) string {
 }
 
 func idemExpiryKey(k delayq.Keys) string { return k.Key("idem-exp") }
+
+func openKey(k delayq.Keys) string { return k.Key("open") }

@@ -57,6 +57,10 @@ const ClockSkew = time.Second
 type Redis struct {
 	rdb redis.Cmdable
 	q   *delayq.Queue
+	// Grace is how long a withdrawal may go without a job (it may be in the
+	// work queue, or its consumer still telling finance) before Reconcile
+	// gives it one back (default 1m).
+	Grace time.Duration
 }
 
 var _ withdrawal.Ledger = (*Redis)(nil)
@@ -133,7 +137,7 @@ func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdra
 		"attempts", w.Attempts,
 	}
 	code, err := createScript.Run(ctx, l.rdb, []string{
-		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemKey(k, key.UserID, key.Key),
+		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemKey(k, key.UserID, key.Key), openKey(k),
 	}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("ledger: create %s: %w", w.ID, err)
@@ -206,7 +210,7 @@ func (l *Redis) List(ctx context.Context, userID string, limit int, after string
 func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (withdrawal.Withdrawal, error) {
 	shard := l.q.ShardFor(userID)
 	k := l.q.Keys(shard)
-	res, err := cancelScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, k.Inflight},
+	res, err := cancelScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, k.Inflight, openKey(k)},
 		userID, now.UnixMilli(), id).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
@@ -231,7 +235,7 @@ func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.T
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, err
 	}
-	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due},
+	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, openKey(k)},
 		now.UnixMilli(), until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
@@ -255,8 +259,8 @@ func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r w
 	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
 	}
-	res, err := finishScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
-		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError).Slice()
+	res, err := finishScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)},
+		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError, ref.ID).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s: %w", ref.ID, err)
 	}
@@ -269,7 +273,7 @@ func (l *Redis) Retry(ctx context.Context, ref withdrawal.Ref, attempt int, at, 
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
-	res, err := retryScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, k.Inflight},
+	res, err := retryScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, k.Inflight, openKey(k)},
 		attempt, at.UnixMilli(), now.UnixMilli(), lastError, ref.ID).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: retry %s: %w", ref.ID, err)
@@ -296,7 +300,7 @@ func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref) error {
 	if err != nil {
 		return err
 	}
-	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)}).Err(); err != nil {
+	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)}, ref.ID).Err(); err != nil {
 		return fmt.Errorf("ledger: mark %s notified: %w", ref.ID, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -42,6 +43,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"RetryReschedules", testRetry},
 		{"ConcurrentBeginsAdmitOneAttempt", testConcurrentBegin},
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
+		{"ReconcilerGivesLostJobsBack", testReconcile},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -410,6 +412,84 @@ func testCancelRace(t *testing.T, b Backend) {
 		}
 		if !cancelled && !errors.Is(cancelErr, withdrawal.ErrNotCancellable) {
 			t.Fatalf("race %d: cancel lost with %v, want ErrNotCancellable", i, cancelErr)
+		}
+	}
+}
+
+// Reconciler is what a ledger backend offers to repair lost jobs.
+type Reconciler interface {
+	Reconcile(ctx context.Context, now time.Time) (ledger.Reconciliation, error)
+}
+
+func testReconcile(t *testing.T, b Backend) {
+	r, ok := b.Ledger.(Reconciler)
+	if !ok {
+		t.Skip("this backend has no reconciler")
+	}
+	ctx := context.Background()
+	// Four withdrawals whose jobs are lost at different steps, and two done.
+	scheduled := NewWithdrawal(b.Queue, "u-scheduled", T0)
+	processing := NewWithdrawal(b.Queue, "u-processing", T0)
+	unnotified := NewWithdrawal(b.Queue, "u-unnotified", T0)
+	notified := NewWithdrawal(b.Queue, "u-notified", T0)
+	cancelled := NewWithdrawal(b.Queue, "u-cancelled", T0.Add(time.Hour))
+	far := NewWithdrawal(b.Queue, "u-far", T0.Add(3*24*time.Hour))
+	for _, w := range []withdrawal.Withdrawal{scheduled, processing, unnotified, notified, cancelled, far} {
+		Create(t, b.Ledger, w)
+	}
+	for _, w := range []withdrawal.Withdrawal{processing, unnotified, notified} {
+		if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
+			t.Fatalf("begin %s: %v %v", w.UserID, start, err)
+		}
+	}
+	for _, w := range []withdrawal.Withdrawal{unnotified, notified} {
+		if _, err := b.Ledger.Finish(ctx, w.Ref(), 1, withdrawal.Result{Status: withdrawal.Paid, At: T0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Ledger.MarkNotified(ctx, notified.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Ledger.Cancel(ctx, "u-cancelled", cancelled.ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	// Every job vanishes (a dead-letter queue took them, or Redis lost them).
+	for _, id := range due(t, b.Queue) {
+		lost(t, b, id)
+	}
+	for _, w := range []withdrawal.Withdrawal{scheduled, processing, unnotified, notified} {
+		lost(t, b, w.ID)
+	}
+	rep, err := r.Reconcile(ctx, T0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scheduled != 1 || rep.Redispatched != 1 || rep.Renotified != 1 {
+		t.Fatalf("reconciliation %+v, want 1 scheduled, 1 redispatched, 1 renotified", rep)
+	}
+	held, err := b.Queue.Holds(ctx, []delayq.Ref{delayq.Ref(scheduled.Ref()), delayq.Ref(processing.Ref()), delayq.Ref(unnotified.Ref()), delayq.Ref(notified.Ref()), delayq.Ref(cancelled.Ref())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]bool{true, true, true, false, false}, held); diff != "" {
+		t.Fatalf("jobs back (-want +got):\n%s", diff)
+	}
+	// A second pass finds nothing more to do.
+	if rep, err := r.Reconcile(ctx, T0.Add(time.Hour)); err != nil || rep.Total() != 0 {
+		t.Fatalf("second pass: %+v %v", rep, err)
+	}
+}
+
+// lost removes a job from its queue, due or leased.
+func lost(t *testing.T, b Backend, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for n := range b.Queue.Shards() {
+		if _, err := b.Queue.Cancel(ctx, n, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Queue.Kill(ctx, n, id, 0, T0); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
+			t.Fatal(err)
 		}
 	}
 }

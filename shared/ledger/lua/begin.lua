@@ -5,6 +5,7 @@
 --
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
+-- KEYS[3] -> open set of the shard (member: id, score: when to look at it again)
 -- ARGV[1] -> now, unix ms
 -- ARGV[2] -> deadline of the attempt, unix ms (past it, another may take over)
 -- ARGV[3] -> tolerated clock skew between poller and consumer, ms
@@ -38,5 +39,6 @@ end
 if code == 1 then
   redis.call('HSET', KEYS[1], 'status', 'processing', 'attempts', tonumber(cur[4]) + 1,
     'until', ARGV[2], 'updated', ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[4])
 end
 return {code, redis.call('HGETALL', KEYS[1])}

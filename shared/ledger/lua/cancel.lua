@@ -3,6 +3,7 @@
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
 -- KEYS[3] -> delay-queue inflight set of the shard
+-- KEYS[4] -> open set of the shard
 -- ARGV[1] -> user id (the owner)
 -- ARGV[2] -> now, unix ms
 -- ARGV[3] -> withdrawal id
@@ -19,6 +20,7 @@ if cur[1] == 'scheduled' or cur[1] == 'retrying' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
   code = 1
 elseif cur[1] == 'cancelled' then
   code = 2

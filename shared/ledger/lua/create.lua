@@ -5,6 +5,7 @@
 -- KEYS[2] -> the user's withdrawal index (sorted set, all scores 0, ids by lex order)
 -- KEYS[3] -> delay-queue due set of the shard
 -- KEYS[4] -> idempotency record
+-- KEYS[5] -> open set of the shard (member: id, score: when to look at it again)
 -- ARGV[1] -> withdrawal id
 -- ARGV[2] -> due time, unix ms
 -- ARGV[3] -> response body to replay for the idempotency key
@@ -22,6 +23,7 @@ end
 redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[4], 'state', 'done', 'resp', ARGV[3])
 redis.call('HDEL', KEYS[4], 'until')
 return 1

@@ -4,6 +4,7 @@
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
 -- KEYS[3] -> delay-queue inflight set of the shard
+-- KEYS[4] -> open set of the shard
 -- ARGV[1] -> attempt number that failed
 -- ARGV[2] -> time of the next attempt, unix ms
 -- ARGV[3] -> now, unix ms
@@ -24,4 +25,5 @@ redis.call('HSET', KEYS[1], 'status', 'retrying', 'due', ARGV[2], 'updated', ARG
 redis.call('HDEL', KEYS[1], 'until')
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
+redis.call('ZADD', KEYS[4], ARGV[2], ARGV[5])
 return {1, redis.call('HGETALL', KEYS[1])}

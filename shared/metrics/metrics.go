@@ -35,6 +35,7 @@ const (
 	PayoutsPaid          = "PayoutsPaid"
 	PayoutsFailed        = "PayoutsFailed"
 	PayoutRetries        = "PayoutRetries"
+	PayoutsUnresolved    = "PayoutsUnresolved"
 	ConsumerLagMs        = "ConsumerLagMs"
 	Admitted             = "Admitted"
 	Refusals             = "Refusals"

@@ -5,9 +5,14 @@ package payout
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/signedpost"
@@ -70,11 +75,18 @@ func New(cfg Config) (*Client, error) {
 type Error struct {
 	Status    int
 	Permanent bool
-	Msg       string
-	Err       error
+	// Unknown: no answer came after the request may have reached the
+	// provider, so it may have paid (errors.Is withdrawal.ErrOutcomeUnknown).
+	Unknown bool
+	Msg     string
+	Err     error
 }
 
 func (e *Error) Error() string { return "payout: " + e.Msg }
+
+// Is lets errors.Is(err, withdrawal.ErrOutcomeUnknown) tell an unanswered
+// call from a refusal.
+func (e *Error) Is(target error) bool { return e.Unknown && target == withdrawal.ErrOutcomeUnknown }
 
 // Unwrap lets errors.Is(err, withdrawal.ErrPermanent) decide on retries.
 func (e *Error) Unwrap() error {
@@ -111,7 +123,10 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	}
 	resp, err := c.endpoint.Post(ctx, body, w.ID)
 	if err != nil {
-		return "", &Error{Msg: "call provider: " + err.Error(), Err: err}
+		// Only a call that never connected surely did not pay.
+		var op *net.OpError
+		unknown := !(errors.As(err, &op) && op.Op == "dial")
+		return "", &Error{Msg: "call provider: " + err.Error(), Err: err, Unknown: unknown}
 	}
 
 	code := resp.StatusCode
@@ -120,7 +135,7 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 		var answer struct {
 			PayoutID string `json:"payout_id"`
 		}
-		if json.Unmarshal(resp.Body, &answer) != nil {
+		if json.Unmarshal(resp.Body, &answer) != nil || !validPayoutID(answer.PayoutID) {
 			return "", nil
 		}
 		return answer.PayoutID, nil
@@ -147,6 +162,20 @@ func statusLine(code int) string {
 		return fmt.Sprintf("%d %s", code, text)
 	}
 	return fmt.Sprint(code)
+}
+
+// MaxPayoutID bounds the provider's payout id that is kept.
+const MaxPayoutID = 255
+
+// validPayoutID reports whether the provider's payout id is fit to keep: it
+// goes to the ledger, to finance and into logs, so an id of control or
+// format characters (terminal escapes, bidi overrides), broken UTF-8 or
+// unbounded length is dropped (the payout stands; only its reference is
+// lost).
+func validPayoutID(id string) bool {
+	return len(id) <= MaxPayoutID && utf8.ValidString(id) && !strings.ContainsFunc(id, func(r rune) bool {
+		return unicode.In(r, unicode.Cc, unicode.Cf) || r == utf8.RuneError
+	})
 }
 
 // validKey reports whether id can be sent as a header value as is.

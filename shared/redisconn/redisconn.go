@@ -42,6 +42,11 @@ const (
 	PingTimeout = 500 * time.Millisecond
 )
 
+// protocol is RESP2 unless the URL asks otherwise (protocol=3): Hourglass
+// uses no push messages or client-side caching, and RESP3's push handling
+// costs the client work on every command.
+const protocol = 2
+
 // clusterHostPrefix starts the name of an ElastiCache cluster configuration
 // endpoint.
 const clusterHostPrefix = "clustercfg."
@@ -89,6 +94,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		// default of 5 dials multiplies every timeout.
 		co.DialerRetries = pick(co.DialerRetries, 1)
 		co.ContextTimeoutEnabled = true
+		co.Protocol = pick(co.Protocol, protocol)
 		return redis.NewClusterClient(co), nil
 	}
 	o, err := redis.ParseURL(cfg.redacted)
@@ -105,6 +111,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 	o.DialerRetries = 1
 	// Context deadlines (the Lambda's, Ping's) then bound socket I/O too.
 	o.ContextTimeoutEnabled = true
+	o.Protocol = pick(o.Protocol, protocol)
 	return redis.NewClient(o), nil
 }
 

@@ -14,7 +14,8 @@ import (
 
 // Provider pays withdrawals out. The withdrawal id is the idempotency key: the
 // provider pays one id at most once however often it is asked. An error
-// wrapping ErrPermanent means no retry can succeed; any other error is
+// wrapping ErrPermanent means no retry can succeed; one wrapping
+// ErrOutcomeUnknown means the call may have paid; any other error is
 // transient.
 type Provider interface {
 	Pay(ctx context.Context, w Withdrawal) (payoutID string, err error)
@@ -116,12 +117,21 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 	switch {
 	case payErr == nil:
 		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
-	case errors.Is(payErr, ErrPermanent) || attempt >= p.cfg.MaxAttempts:
+	case errors.Is(payErr, ErrPermanent) || (attempt >= p.cfg.MaxAttempts && !errors.Is(payErr, ErrOutcomeUnknown)):
 		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
 	default:
+		// A transient failure, or an unanswered call that may have paid: at
+		// MaxAttempts the first becomes final, the second is asked again (the
+		// backoff growing to its cap) until the provider answers, never failed.
 		at := now.Add(p.Backoff(attempt))
 		w, err = p.cfg.Ledger.Retry(ctx, ref, attempt, at, now, payErr.Error())
-		if err == nil {
+		switch {
+		case err != nil:
+		case attempt >= p.cfg.MaxAttempts:
+			p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
+			log.Error("payout outcome still unknown; asking the provider again until it answers",
+				"attempts", attempt, "retry_at", clock.Format(at), "error", payErr.Error())
+		default:
 			log.Warn("payout failed, retry scheduled", "attempts", attempt, "retry_at", clock.Format(at), "error", payErr.Error())
 		}
 	}

@@ -343,3 +343,42 @@ func TestBackoffIsCappedAndJittered(t *testing.T) {
 		t.Fatalf("backoff shows little jitter: %d distinct values of 40", len(seen))
 	}
 }
+
+var errNoAnswer = fmt.Errorf("%w: no answer within 10s", withdrawal.ErrOutcomeUnknown)
+
+// TestUnansweredPayoutIsNeverFailed: a call that got no answer may have paid,
+// so past MaxAttempts the withdrawal keeps being asked about (the backoff
+// growing to its cap) instead of being failed, until the provider answers.
+func TestUnansweredPayoutIsNeverFailed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newPayoutEnv(t, b, errNoAnswer, errNoAnswer, errNoAnswer, errNoAnswer, errNoAnswer, nil)
+		ref := e.create(t, "alice")
+		for attempt := 1; attempt <= 5; attempt++ {
+			if err := e.proc.Process(ctx, ref); err != nil {
+				t.Fatal(err)
+			}
+			w := e.get(t, "alice", ref)
+			if w.Status != withdrawal.Retrying || w.Attempts != attempt {
+				t.Fatalf("after unanswered call %d (max 3): %+v", attempt, w)
+			}
+			base := 30 * time.Second << (attempt - 1)
+			if wait := w.DueAt.Sub(e.clock.Now()); wait < base/2 || wait > base {
+				t.Fatalf("asked again in %s, want the backoff %s..%s", wait, base/2, base)
+			}
+			if n := len(e.fin.messages()); n != 0 {
+				t.Fatalf("finance told of an unresolved payout: %+v", e.fin.messages())
+			}
+			e.clock.Set(w.DueAt)
+		}
+		if err := e.proc.Process(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		if w := e.get(t, "alice", ref); w.Status != withdrawal.Paid || w.Attempts != 6 {
+			t.Fatalf("once the provider answers: %+v", w)
+		}
+		if msgs := e.fin.messages(); len(msgs) != 1 || msgs[0].Status != withdrawal.Paid {
+			t.Fatalf("finance got %+v", msgs)
+		}
+	})
+}

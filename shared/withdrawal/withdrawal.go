@@ -163,6 +163,11 @@ var (
 	ErrIdempotencyInFlight = errors.New("withdrawal: request with this idempotency key in flight")
 	// ErrPermanent marks a provider answer that no retry can change.
 	ErrPermanent = errors.New("withdrawal: payout refused")
+	// ErrOutcomeUnknown marks a payout call that got no answer after it may
+	// have reached the provider (a timeout, a dropped connection): it may
+	// have paid. Such a withdrawal is never failed; it is asked again, under
+	// the same idempotency key, until the provider answers.
+	ErrOutcomeUnknown = errors.New("withdrawal: payout outcome unknown")
 	// ErrExists: a record with this id exists already.
 	ErrExists = errors.New("withdrawal: exists")
 	// ErrReservationLost: the idempotency reservation expired and was taken over.

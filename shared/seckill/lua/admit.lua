@@ -45,6 +45,22 @@ local pid = ARGV[4]
 if qty > tonumber(meta[5]) then
   return {10, version, meta[5]}
 end
+local limit = tonumber(meta[5])
+local pending = tonumber(meta[7])
+local left = tonumber(meta[6])
+
+-- The common case of a flash sale, one unit per buyer with stock and room
+-- in the backlog, takes one command less: HSETNX both checks that the user
+-- has not bought and records the purchase.
+if limit == 1 and left >= 1 and pending < tonumber(ARGV[6]) then
+  if redis.call('HSETNX', KEYS[2], user, '1|' .. pid .. '@' .. ARGV[8]) == 1 then
+    redis.call('HSET', KEYS[1], 'left', left - 1, 'pending', pending + 1, 'admitted', tonumber(meta[8]) + 1)
+    redis.call('HSET', KEYS[3], pid, 'reserved|1|' .. ARGV[3] .. '|' .. ARGV[3] .. '|' .. ARGV[8] .. '|0||' .. user)
+    redis.call('ZADD', KEYS[5], ARGV[3], pid)
+    return {6, version, left - 1}
+  end
+end
+
 local bought = 0
 local list = ''
 local entry = redis.call('HGET', KEYS[2], user)
@@ -59,10 +75,9 @@ if entry then
     return {6, version, meta[6]}
   end
 end
-if bought + qty > tonumber(meta[5]) then
+if bought + qty > limit then
   return {4, version}
 end
-local pending = tonumber(meta[7])
 if pending >= tonumber(ARGV[6]) then
   return {5, version}
 end
@@ -70,7 +85,6 @@ end
 if list ~= '' then
   list = list .. ','
 end
-local left = tonumber(meta[6])
 if left >= qty then
   redis.call('HSET', KEYS[1], 'left', left - qty, 'pending', pending + 1, 'admitted', tonumber(meta[8]) + qty)
   redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@' .. ARGV[8])

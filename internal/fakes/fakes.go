@@ -28,9 +28,36 @@ type Provider struct {
 
 	mu     sync.Mutex
 	script []int
+	rule   Rule
 	calls  map[string]int
 	paid   map[string]string
 	bodies map[string][]byte
+	log    []Call
+}
+
+// Rule decides the answer to the n-th call (from 1) under an idempotency
+// key: the status (0 or 200 pays) and how long the call takes first. A slow
+// call that pays has paid even if the caller stopped waiting, as a real
+// provider would have.
+type Rule func(key string, body Payout, n int) (status int, delay time.Duration)
+
+// Payout is the part of a payout request the fakes look at.
+type Payout struct {
+	WithdrawalID string `json:"withdrawal_id"`
+	UserID       string `json:"user_id"`
+	Destination  string `json:"destination"`
+}
+
+// Call is one call the provider answered.
+type Call struct {
+	Key string
+	Payout
+	// At is when the call arrived; Status what it answered (after Delay);
+	// PayoutID the payout it answered with, if it paid.
+	At       time.Time
+	Delay    time.Duration
+	Status   int
+	PayoutID string
 }
 
 // NewProvider starts a Provider that checks signatures made with secret.
@@ -46,6 +73,9 @@ func NewProvider(t testing.TB, secret string, script ...int) *Provider {
 // Slow makes every call take d, as a real provider's round trip does.
 func (p *Provider) Slow(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
 
+// Decide answers calls by r once the script, if any, is used up.
+func (p *Provider) Decide(r Rule) { p.mu.Lock(); p.rule = r; p.mu.Unlock() }
+
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
@@ -54,13 +84,23 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
+	var payout Payout
+	_ = json.Unmarshal(body, &payout)
 	p.mu.Lock()
 	delay := p.delay
 	p.calls[key]++
 	p.bodies[key] = body
 	status := http.StatusOK
-	if len(p.script) > 0 {
+	switch {
+	case len(p.script) > 0:
 		status, p.script = p.script[0], p.script[1:]
+	case p.rule != nil:
+		var d time.Duration
+		status, d = p.rule(key, payout, p.calls[key])
+		if status == 0 {
+			status = http.StatusOK
+		}
+		delay += d
 	}
 	if status == http.StatusOK {
 		if _, ok := p.paid[key]; !ok {
@@ -68,6 +108,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	payoutID := p.paid[key]
+	call := Call{Key: key, Payout: payout, At: time.Now(), Delay: delay, Status: status}
+	if status == http.StatusOK {
+		call.PayoutID = payoutID
+	}
+	p.log = append(p.log, call)
 	p.mu.Unlock()
 	time.Sleep(delay)
 	if status != http.StatusOK {
@@ -104,6 +149,13 @@ func (p *Provider) TotalCalls() int {
 	return n
 }
 
+// Log returns every call answered so far, in arrival order.
+func (p *Provider) Log() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Call(nil), p.log...)
+}
+
 // Body is the last request body sent under key.
 func (p *Provider) Body(key string) []byte {
 	p.mu.Lock()
@@ -115,13 +167,20 @@ func (p *Provider) Body(key string) []byte {
 type Finance struct {
 	URL string
 
-	mu   sync.Mutex
-	msgs []withdrawal.Processed
+	mu     sync.Mutex
+	msgs   []withdrawal.Processed
+	refuse func(id string, n int) int
+	posts  map[string]int
 }
+
+// Refuse makes the endpoint answer the n-th post (from 1) about withdrawal
+// id with the status f returns, when it is not 0 or 200; a refused message
+// is not recorded.
+func (f *Finance) Refuse(fn func(id string, n int) int) { f.mu.Lock(); f.refuse = fn; f.mu.Unlock() }
 
 // NewFinance starts a Finance endpoint that checks signatures made with secret.
 func NewFinance(t testing.TB, secret string) *Finance {
-	f := &Finance{}
+	f := &Finance{posts: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := signature.Verify([]byte(secret), r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
@@ -136,6 +195,16 @@ func NewFinance(t testing.TB, secret string) *Finance {
 			return
 		}
 		f.mu.Lock()
+		f.posts[m.WithdrawalID]++
+		status := 0
+		if f.refuse != nil {
+			status = f.refuse(m.WithdrawalID, f.posts[m.WithdrawalID])
+		}
+		if status != 0 && status != http.StatusOK {
+			f.mu.Unlock()
+			w.WriteHeader(status)
+			return
+		}
 		f.msgs = append(f.msgs, m)
 		f.mu.Unlock()
 	}))

@@ -17,9 +17,12 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hourglass/hourglass/internal/sqsfake"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/dispatch"
 )
+
+const testQueueURL = sqsfake.QueueURL
 
 // The poller's contract, declared there identically.
 var _ interface {
@@ -58,8 +61,8 @@ func marshal(t testing.TB, j delayq.Job) string {
 }
 
 func TestDispatchSendsBatchesOfTen(t *testing.T) {
-	srv := newSQSServer(t)
-	d := newDispatcher(t, srv.client())
+	srv := sqsfake.New(t)
+	d := newDispatcher(t, srv.Client())
 	jobs := makeJobs(25)
 	// Bodies must be exactly json.Marshal's, escapes included.
 	jobs[3].ID = `<a&b>"q"\ é ` + "\u2028\x01"
@@ -75,7 +78,7 @@ func TestDispatchSendsBatchesOfTen(t *testing.T) {
 	for i, j := range jobs {
 		index[marshal(t, j)] = i
 	}
-	reqs := srv.recorded()
+	reqs := srv.Requests()
 	var sizes []int
 	seen := map[int]bool{}
 	for _, req := range reqs {
@@ -98,7 +101,7 @@ func TestDispatchSendsBatchesOfTen(t *testing.T) {
 			if want := strconv.Itoa(i % dispatch.BatchSize); e.Id != want {
 				t.Errorf("job %d: entry id %q, want %q", i, e.Id, want)
 			}
-			wantAttrs := map[string]sqsAttr{"kind": {DataType: "String", StringValue: jobs[i].Kind}}
+			wantAttrs := map[string]sqsfake.Attr{"kind": {DataType: "String", StringValue: jobs[i].Kind}}
 			if diff := cmp.Diff(wantAttrs, e.MessageAttributes); diff != "" {
 				t.Errorf("job %d attributes (-want +got):\n%s", i, diff)
 			}
@@ -118,12 +121,12 @@ func TestDispatchSendsBatchesOfTen(t *testing.T) {
 }
 
 func TestDispatchRefusesFailedEntries(t *testing.T) {
-	srv := newSQSServer(t)
-	srv.decide = func(_ int, id string) bool {
+	srv := sqsfake.New(t)
+	srv.Decide = func(_ int, id string) bool {
 		n, _ := strconv.Atoi(id)
 		return n%2 == 1
 	}
-	d := newDispatcher(t, srv.client())
+	d := newDispatcher(t, srv.Client())
 	jobs := makeJobs(25)
 
 	refused, err := d.Dispatch(context.Background(), jobs)
@@ -142,11 +145,11 @@ func TestDispatchRefusesFailedEntries(t *testing.T) {
 }
 
 func TestDispatchWholeCallFailureRefusesOnlyItsBatch(t *testing.T) {
-	srv := newSQSServer(t)
-	srv.fail = func(_ int, entries []sqsEntry) bool {
+	srv := sqsfake.New(t)
+	srv.Fail = func(_ int, entries []sqsfake.Entry) bool {
 		return strings.Contains(entries[0].MessageBody, `"id":"job-010"`)
 	}
-	d := newDispatcher(t, srv.client())
+	d := newDispatcher(t, srv.Client())
 	jobs := makeJobs(25)
 
 	refused, err := d.Dispatch(context.Background(), jobs)
@@ -157,7 +160,7 @@ func TestDispatchWholeCallFailureRefusesOnlyItsBatch(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "InternalError" {
 		t.Errorf("err = %v, want an InternalError API error", err)
 	}
-	if got := srv.calls.Load(); got != 3 {
+	if got := srv.Calls.Load(); got != 3 {
 		t.Errorf("%d calls, want 3: the other batches proceed", got)
 	}
 }
@@ -174,18 +177,18 @@ func TestDispatchBoundsConcurrency(t *testing.T) {
 		{"default", nil, 400, dispatch.DefaultConcurrency},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newSQSServer(t)
-			srv.hold = 30 * time.Millisecond
-			d := newDispatcher(t, srv.client(), tc.opts...)
+			srv := sqsfake.New(t)
+			srv.Hold = 30 * time.Millisecond
+			d := newDispatcher(t, srv.Client(), tc.opts...)
 
 			refused, err := d.Dispatch(context.Background(), makeJobs(tc.jobs))
 			if err != nil || len(refused) != 0 {
 				t.Fatalf("Dispatch = %d refused, %v", len(refused), err)
 			}
-			if got, want := srv.calls.Load(), int64((tc.jobs+9)/10); got != want {
+			if got, want := srv.Calls.Load(), int64((tc.jobs+9)/10); got != want {
 				t.Errorf("%d calls, want %d", got, want)
 			}
-			got := srv.maxSeen.Load()
+			got := srv.MaxInFlight.Load()
 			if got > tc.max {
 				t.Errorf("%d calls at once, limit %d", got, tc.max)
 			}
@@ -197,22 +200,22 @@ func TestDispatchBoundsConcurrency(t *testing.T) {
 }
 
 func TestDispatchEmpty(t *testing.T) {
-	srv := newSQSServer(t)
-	d := newDispatcher(t, srv.client())
+	srv := sqsfake.New(t)
+	d := newDispatcher(t, srv.Client())
 	for _, jobs := range [][]delayq.Job{nil, {}} {
 		refused, err := d.Dispatch(context.Background(), jobs)
 		if refused != nil || err != nil {
 			t.Errorf("Dispatch(%v) = %v, %v; want nil, nil", jobs, refused, err)
 		}
 	}
-	if n := srv.calls.Load(); n != 0 {
+	if n := srv.Calls.Load(); n != 0 {
 		t.Errorf("%d calls for nothing", n)
 	}
 }
 
 func TestDispatchCancelledContextRefusesAll(t *testing.T) {
-	srv := newSQSServer(t)
-	d := newDispatcher(t, srv.client())
+	srv := sqsfake.New(t)
+	d := newDispatcher(t, srv.Client())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	jobs := makeJobs(25)
@@ -347,8 +350,8 @@ func TestNewSQSRejectsBadConfig(t *testing.T) {
 const benchJobs = 500 // the poller's default claim batch
 
 func BenchmarkDispatchSQS(b *testing.B) {
-	srv := newSQSServer(b)
-	d := newDispatcher(b, srv.client())
+	srv := sqsfake.New(b)
+	d := newDispatcher(b, srv.Client())
 	benchmarkDispatch(b, d)
 }
 

@@ -1,0 +1,335 @@
+// Package e2e_test drives the four built Lambda bootstraps under the AWS
+// Lambda runtime interface emulator with the sample events of events/: the
+// artifacts users deploy, on the runtime protocol Lambda speaks, against a
+// real redis-server, an SQS JSON-protocol endpoint, and fake payout and
+// finance endpoints. `make e2e` builds the bootstraps for this machine,
+// installs the emulator and runs it; without them the test skips.
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/internal/rie"
+	"github.com/hourglass/hourglass/internal/sqsfake"
+)
+
+// Where make e2e puts the emulator and the host bootstraps
+// (<dir>/<function>/bootstrap).
+const (
+	emulatorEnv   = "HOURGLASS_RIE"
+	bootstrapsEnv = "HOURGLASS_BOOTSTRAPS"
+)
+
+var functions = []string{"enqueue", "seckill", "poller", "consumer"}
+
+// pollerTimeout is the poller's function timeout under the emulator; it
+// polls until pollerMargin before it, then returns.
+const (
+	pollerTimeout = 3 * time.Second
+	pollerMargin  = "1s"
+)
+
+type stack struct {
+	t        *testing.T
+	fns      map[string]*rie.Function
+	sizes    map[string]int64
+	sqs      *sqsfake.Server
+	provider *fakes.Provider
+	finance  *fakes.Finance
+	consumer *sqsfake.EventSource
+}
+
+func start(t *testing.T) *stack {
+	t.Helper()
+	emulator, dir := os.Getenv(emulatorEnv), os.Getenv(bootstrapsEnv)
+	if emulator == "" || dir == "" {
+		t.Skipf("%s and %s are not set: run make e2e", emulatorEnv, bootstrapsEnv)
+	}
+	redis := redistest.Start(t)
+	s := &stack{t: t, fns: map[string]*rie.Function{}, sizes: map[string]int64{},
+		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret")}
+	common := []string{
+		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
+		// Hermetic AWS settings: static credentials, no shared files, no
+		// instance metadata; SQS is the fake.
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-secret",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_EC2_METADATA_DISABLED=true",
+	}
+	env := map[string][]string{
+		"poller": {"WORK_QUEUE_URL=" + sqsfake.QueueURL, "AWS_ENDPOINT_URL_SQS=" + s.sqs.URL,
+			"HOURGLASS_POLL_INTERVAL=100ms", "HOURGLASS_POLLER_MARGIN=" + pollerMargin},
+		"consumer": {"PAYOUT_URL=" + s.provider.URL, "PAYOUT_SIGNING_SECRET=pay-secret",
+			"FINANCE_WEBHOOK_URL=" + s.finance.URL, "FINANCE_SIGNING_SECRET=fin-secret"},
+	}
+	for _, name := range functions {
+		bootstrap := filepath.Join(dir, name, "bootstrap")
+		st, err := os.Stat(bootstrap)
+		if err != nil {
+			t.Fatalf("%s: %v (make e2e builds it)", name, err)
+		}
+		s.sizes[name] = st.Size()
+		timeout := 10 * time.Second
+		if name == "poller" {
+			timeout = pollerTimeout
+		}
+		fn, err := rie.Start(name, rie.Options{
+			Emulator: emulator, Bootstrap: bootstrap, Timeout: timeout,
+			Env: append(slices.Clone(common), env[name]...),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.fns[name] = fn
+		t.Cleanup(func() {
+			fn.Stop()
+			if t.Failed() {
+				t.Logf("%s log (last 4 KiB):\n%s", name, tail(fn.Log(), 4096))
+			}
+		})
+	}
+	s.consumer = &sqsfake.EventSource{Queue: s.sqs, Function: s.fns["consumer"], Visibility: time.Second}
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// event reads a sample API event of events/.
+func event(t *testing.T, file string) events.APIGatewayV2HTTPRequest {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "events", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return ev
+}
+
+// withPath points ev at path, with its path parameters.
+func withPath(ev events.APIGatewayV2HTTPRequest, path string, params map[string]string) events.APIGatewayV2HTTPRequest {
+	ev.RawPath, ev.RequestContext.HTTP.Path, ev.PathParameters = path, path, params
+	return ev
+}
+
+// api invokes an API function with ev and decodes the response body into out.
+func (s *stack) api(fn string, ev events.APIGatewayV2HTTPRequest, out any) int {
+	s.t.Helper()
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	raw, err := s.fns[fn].Invoke(context.Background(), payload)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", ev.RequestContext.HTTP.Method, ev.RawPath, err)
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		s.t.Fatalf("%s %s: response %s: %v", ev.RequestContext.HTTP.Method, ev.RawPath, raw, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal([]byte(resp.Body), out); err != nil {
+			s.t.Fatalf("%s %s: body %s: %v", ev.RequestContext.HTTP.Method, ev.RawPath, resp.Body, err)
+		}
+	}
+	s.t.Logf("%-8s %s %s -> %d %s", fn, ev.RequestContext.HTTP.Method, ev.RawPath, resp.StatusCode, oneLine(resp.Body, 160))
+	return resp.StatusCode
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// poll invokes the poller with the scheduled event until the work queue
+// holds want messages (each invocation polls for its whole deadline).
+func (s *stack) poll(want int) {
+	s.t.Helper()
+	payload, err := os.ReadFile(filepath.Join("..", "..", "events", "poller-scheduled.json"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 1; ; i++ {
+		out, err := s.fns["poller"].Invoke(context.Background(), payload)
+		if err != nil {
+			s.t.Fatalf("poller: %v", err)
+		}
+		s.t.Logf("poller   invocation %d -> %s; %d messages in the work queue", i, out, s.sqs.Len())
+		if s.sqs.Len() >= want {
+			return
+		}
+		if i == 5 {
+			s.t.Fatalf("the work queue holds %d messages after %d poller invocations, want %d", s.sqs.Len(), i, want)
+		}
+	}
+}
+
+// consume feeds the work queue's messages to the consumer as SQS events
+// until the queue is empty.
+func (s *stack) consume() {
+	s.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); s.sqs.Len() > 0; {
+		n, err := s.consumer.Poll(context.Background())
+		if err != nil {
+			s.t.Fatalf("consumer: %v", err)
+		}
+		if n > 0 {
+			s.t.Logf("consumer SQS event of %d messages -> %d failed", n, s.consumer.ItemFailures.Load())
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d messages still queued", s.sqs.Len())
+		}
+	}
+}
+
+// TestE2E runs a withdrawal and a flash-sale purchase through the built
+// functions, each from its API request to the payout or the order, and
+// prints each function's cold start and size.
+func TestE2E(t *testing.T) {
+	s := start(t)
+
+	t.Run("withdrawal", func(t *testing.T) {
+		s.t = t
+		create := event(t, "withdrawal-create.json")
+		create.Headers["idempotency-key"] = fmt.Sprintf("e2e-%d", time.Now().UnixNano())
+		create.Body = `{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":1}`
+		var created struct{ ID, Status, DueAt string }
+		if code := s.api("enqueue", create, &created); code != http.StatusAccepted || created.Status != "scheduled" {
+			t.Fatalf("create: %d %+v", code, created)
+		}
+
+		s.poll(1)
+		req := s.sqs.Requests()
+		if len(req) == 0 || len(req[0].Entries) != 1 || !strings.Contains(req[0].Entries[0].MessageBody, created.ID) ||
+			req[0].Entries[0].MessageAttributes["kind"].StringValue != "withdrawal.payout" {
+			t.Fatalf("SendMessageBatch calls %+v, want one payout message for %s", req, created.ID)
+		}
+		s.consume()
+
+		var got struct {
+			Status   string
+			Attempts int
+			PayoutID string `json:"payout_id"`
+		}
+		get := withPath(event(t, "withdrawal-get.json"), "/v1/withdrawals/"+created.ID, map[string]string{"id": created.ID})
+		if code := s.api("enqueue", get, &got); code != http.StatusOK || got.Status != "paid" || got.Attempts != 1 || got.PayoutID != "po_"+created.ID {
+			t.Fatalf("withdrawal %s: %d %+v, want paid once", created.ID, code, got)
+		}
+		if calls, paid := s.provider.Calls(created.ID); calls != 1 || !paid {
+			t.Errorf("provider: %d calls under %s (paid %v), want 1", calls, created.ID, paid)
+		}
+		if msgs := s.finance.Of(created.ID); len(msgs) != 1 || msgs[0].Status != "paid" || msgs[0].UserID != "user-123" {
+			t.Errorf("finance got %+v, want one paid message", msgs)
+		}
+	})
+
+	t.Run("flash sale", func(t *testing.T) {
+		s.t = t
+		const item = "phone-2026"
+		preheat := event(t, "seckill-preheat.json")
+		preheat.Body = fmt.Sprintf(`{"stock":5,"per_user_limit":1,"ends_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		var state struct {
+			Status    string
+			StockLeft int `json:"stock_left"`
+		}
+		if code := s.api("seckill", preheat, &state); code != http.StatusOK || state.Status != "live" || state.StockLeft != 5 {
+			t.Fatalf("preheat: %d %+v", code, state)
+		}
+		var bought struct {
+			PurchaseID string `json:"purchase_id"`
+			Status     string
+		}
+		if code := s.api("seckill", event(t, "seckill-purchase.json"), &bought); code != http.StatusAccepted || bought.Status != "reserved" {
+			t.Fatalf("purchase: %d %+v", code, bought)
+		}
+		if code := s.api("seckill", event(t, "seckill-purchase.json"), nil); code != http.StatusConflict {
+			t.Fatalf("second purchase by the same buyer: %d, want 409", code)
+		}
+
+		s.poll(1)
+		s.consume()
+
+		var mine struct {
+			PurchaseID string `json:"purchase_id"`
+			Status     string
+			OrderID    string `json:"order_id"`
+		}
+		if code := s.api("seckill", event(t, "seckill-purchase-me.json"), &mine); code != http.StatusOK || mine.Status != "confirmed" ||
+			mine.PurchaseID != bought.PurchaseID || mine.OrderID != "or_"+strings.TrimPrefix(bought.PurchaseID, "pu_") {
+			t.Fatalf("purchases/me: %d %+v, want %s confirmed with its order", code, mine, bought.PurchaseID)
+		}
+		if code := s.api("seckill", event(t, "seckill-item.json"), &state); code != http.StatusOK || state.StockLeft != 4 {
+			t.Fatalf("item: %d %+v, want 4 left", code, state)
+		}
+	})
+
+	t.Run("operator stats", func(t *testing.T) {
+		s.t = t
+		var stats struct {
+			Queues map[string]struct{ Due, Inflight, Dead int }
+			Items  map[string]struct{ Admitted, Confirmed int }
+		}
+		if code := s.api("enqueue", event(t, "admin-stats.json"), &stats); code != http.StatusOK {
+			t.Fatalf("stats: %d", code)
+		}
+		for name, q := range stats.Queues {
+			if q.Due != 0 || q.Inflight != 0 || q.Dead != 0 {
+				t.Errorf("queue %s: %+v, want it drained", name, q)
+			}
+		}
+		if it := stats.Items["phone-2026"]; it.Admitted != 1 || it.Confirmed != 1 {
+			t.Errorf("item stats %+v, want 1 admitted and confirmed", it)
+		}
+	})
+
+	s.t = t
+	t.Logf("cold starts under aws-lambda-rie (SPEC target: init < 50 ms), bootstraps built for this machine (stripped):")
+	t.Logf("  %-9s %10s %12s %16s %14s", "function", "bootstrap", "init", "first invocation", "warm (median)")
+	for _, name := range functions {
+		fn := s.fns[name]
+		init, first, ok := fn.ColdStart()
+		initText := "not reported"
+		if ok {
+			initText = fmt.Sprintf("%.1f ms", millis(init))
+		}
+		var warm []time.Duration
+		for i, r := range fn.Reports() {
+			if i > 0 {
+				warm = append(warm, r.Duration)
+			}
+		}
+		warmText := "-"
+		if len(warm) > 0 {
+			slices.Sort(warm)
+			warmText = fmt.Sprintf("%.1f ms", millis(warm[len(warm)/2]))
+		}
+		if name == "poller" {
+			warmText += " (polls to its deadline)"
+		}
+		t.Logf("  %-9s %6.1f MiB %12s %13.1f ms %14s", name, float64(s.sizes[name])/(1<<20), initText, millis(first), warmText)
+	}
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

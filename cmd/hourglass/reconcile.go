@@ -7,8 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hourglass/hourglass/shared/app"
-	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
@@ -24,29 +22,17 @@ HOURGLASS_REDIS_HORIZON are promoted into Redis); then the flash-sale pass
 re-enqueues or releases purchases whose order job was lost. It reads the same
 environment as serve (REDIS_URL, HOURGLASS_LEDGER, the table names, DYNAMODB_ENDPOINT).
 Prints a JSON report; exits 1 when the pass could not complete.`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(config.Local)
+			a, done, err := openApp(cmd)
 			if err != nil {
 				return err
 			}
-			if err := cfg.Require("REDIS_URL"); err != nil {
-				return err
-			}
-			log := app.NewLogger(cmd.ErrOrStderr(), cfg.SlogLevel())
-			if err := app.ResolveSecrets(cmd.Context(), &cfg); err != nil {
-				return err
-			}
-			rdb, err := app.Connect(cfg)
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
-			a, err := app.New(cfg, log, rdb)
-			if err != nil {
-				return err
-			}
+			defer done()
+			cfg := a.Config
+			stop := newProgress(cmd, -1, "reconciling ("+cfg.Ledger+" ledger)").spin()
 			rec, comp, err := a.Reconcile(cmd.Context(), time.Now())
+			stop()
 			out, _ := json.MarshalIndent(struct {
 				Ledger   string                `json:"ledger"`
 				Withdraw ledger.Reconciliation `json:"withdrawals"`

@@ -44,7 +44,9 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	if err != nil {
 		return err
 	}
-	a.EmitMetricsTo(out)
+	// The dashboard adds up the metrics lines the app writes beside its logs.
+	tally := NewTally(a.Clock, 10*time.Second, 15*time.Minute)
+	a.EmitMetricsTo(io.MultiWriter(out, tally))
 	if cfg.CreateTables {
 		if err := a.CreateTables(ctx); err != nil {
 			return err
@@ -76,7 +78,13 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{Handler: Gateway{Handler: a.Router().Serve, Log: log}, ReadHeaderTimeout: 10 * time.Second}
+	handler := localServer{api: Gateway{Handler: a.Router().Serve, Log: log}}
+	dashboard := ""
+	if cfg.Auth == "dev" { // admin routes answer X-Admin-Token only in dev mode
+		handler.dashboard = Dashboard{Token: string(cfg.AdminToken), Tally: tally}
+		dashboard = "http://" + ln.Addr().String() + DashboardPath
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 
 	wq.Start()
 	pollCtx, stopPolling := context.WithCancel(context.Background())
@@ -88,7 +96,8 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("hourglass is serving", "addr", ln.Addr().String(), "auth", cfg.Auth, "ledger", cfg.Ledger,
-		"redis", redisconn.Redacted(string(cfg.RedisURL)), "poll_interval", cfg.PollInterval.String(), "lease", cfg.Lease.String())
+		"redis", redisconn.Redacted(string(cfg.RedisURL)), "poll_interval", cfg.PollInterval.String(), "lease", cfg.Lease.String(),
+		"dashboard", dashboard)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

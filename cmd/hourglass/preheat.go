@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hourglass/hourglass/shared/seckill"
+	"github.com/hourglass/hourglass/shared/validation"
+)
+
+// preheatFlags names the flag of each field of a preheat request.
+var preheatFlags = map[string]string{
+	"item_id": "<item>", "stock": "--stock", "starts_at": "--starts", "ends_at": "--ends",
+	"per_user_limit": "--per-user-limit", "shards": "--shards",
+}
+
+func preheatCmd() *cobra.Command {
+	var (
+		stock, perUser, shards int64
+		starts, ends           string
+		asJSON                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "preheat <item> --stock N --ends TIME [--starts TIME] [--per-user-limit N] [--shards N]",
+		Short: "Set up (or reset) a flash sale",
+		Long: `Set up a flash sale of <item>, or reset one, exactly as PUT /v1/seckill/items/{item_id}
+does (the same service and rules): --stock units (1..10,000,000) split over
+--shards stock shards (1..64; more spread the load over a Redis Cluster),
+--per-user-limit units per buyer (1..100), on sale from --starts (default: now)
+until --ends. A time is RFC 3339 (2030-01-01T00:00:00Z) or a duration from now
+(90m, 2h). Preheating again drops the earlier sale's buyers and purchases; it
+is refused while admitted purchases still wait for their orders.
+
+Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
+		Example: `  hourglass preheat phone-1 --stock 1000 --ends 2030-01-01T00:00:00Z
+  hourglass preheat phone-2 --stock 100000 --shards 8 --per-user-limit 2 --starts 10m --ends 2h`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			now := time.Now()
+			body := map[string]any{"stock": stock}
+			if !cmd.Flags().Changed("stock") {
+				return usagef("--stock is required")
+			}
+			if ends == "" {
+				return usagef("--ends is required")
+			}
+			for flag, dst := range map[string]struct {
+				value string
+				field string
+			}{"--starts": {starts, "starts_at"}, "--ends": {ends, "ends_at"}} {
+				if dst.value == "" {
+					continue
+				}
+				t, err := parseWhen(dst.value, now)
+				if err != nil {
+					return usagef("%s: %v", flag, err)
+				}
+				body[dst.field] = t
+			}
+			if cmd.Flags().Changed("per-user-limit") {
+				body["per_user_limit"] = perUser
+			}
+			if cmd.Flags().Changed("shards") {
+				body["shards"] = shards
+			}
+			raw, err := json.Marshal(body)
+			if err != nil {
+				return err
+			}
+			a, done, err := openApp(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			stop := newProgress(cmd, -1, fmt.Sprintf("preheating %s (%d shard(s))", args[0], shards)).spin()
+			st, err := a.Seckill.Preheat(cmd.Context(), args[0], raw)
+			stop()
+			var verr *validation.Error
+			switch {
+			case errors.As(err, &verr):
+				msgs := make([]string, len(verr.Errors))
+				for i, f := range verr.Errors {
+					name := preheatFlags[f.Field]
+					if name == "" {
+						name = f.Field
+					}
+					msgs[i] = name + " " + f.Message
+				}
+				return usagef("%s", strings.Join(msgs, "; "))
+			case errors.Is(err, seckill.ErrOrdersPending):
+				return fmt.Errorf("%s: admitted purchases still wait for their orders; preheat again once they are confirmed or released", args[0])
+			case err != nil:
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, st)
+			}
+			fmt.Fprintf(out, "%s: %s, %d left, on sale %s .. %s\n", st.ItemID, st.Status, st.StockLeft, st.StartsAt, st.EndsAt)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&stock, "stock", 0, "units on sale (required)")
+	f.StringVar(&starts, "starts", "", "start of the sale: RFC 3339 or a duration from now (default now)")
+	f.StringVar(&ends, "ends", "", "end of the sale: RFC 3339 or a duration from now (required)")
+	f.Int64Var(&perUser, "per-user-limit", 1, "units one buyer may buy")
+	f.Int64Var(&shards, "shards", 1, "stock shards")
+	f.BoolVar(&asJSON, "json", false, `print the item state {"item_id","status","stock_left","starts_at","ends_at"}`)
+	return cmd
+}
+
+// parseWhen reads an RFC 3339 time, or a duration from now.
+func parseWhen(s string, now time.Time) (string, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.Format(time.RFC3339Nano), nil
+	}
+	d, err := time.ParseDuration(strings.TrimPrefix(s, "+"))
+	if err != nil {
+		return "", fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+	}
+	return now.Add(d).UTC().Format(time.RFC3339Nano), nil
+}

@@ -1,0 +1,207 @@
+package delayq
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What operators do with a queue: look at what is next and at what died, and
+// give dead jobs another chance or forget them.
+
+var (
+	//go:embed lua/requeue.lua
+	requeueSrc string
+	//go:embed lua/purge.lua
+	purgeSrc string
+
+	requeueScript = redis.NewScript(requeueSrc)
+	purgeScript   = redis.NewScript(purgeSrc)
+)
+
+// Scheduled is a job waiting in a due set.
+type Scheduled struct {
+	Shard int       `json:"shard"`
+	ID    string    `json:"id"`
+	Due   time.Time `json:"due_at"`
+}
+
+// DeadJob is a job in a dead set.
+type DeadJob struct {
+	Shard  int       `json:"shard"`
+	ID     string    `json:"id"`
+	DiedAt time.Time `json:"died_at"`
+}
+
+// Peek returns up to limit scheduled jobs over every shard, earliest due
+// first, in one pipelined round trip. It claims nothing.
+func (q *Queue) Peek(ctx context.Context, limit int) ([]Scheduled, error) {
+	heads, err := q.heads(ctx, limit, func(k Keys) string { return k.Due })
+	if err != nil {
+		return nil, fmt.Errorf("delayq: peek %s: %w", q.name, err)
+	}
+	out := make([]Scheduled, len(heads))
+	for i, h := range heads {
+		out[i] = Scheduled{Shard: h.shard, ID: h.id, Due: time.UnixMilli(h.score).UTC()}
+	}
+	return out, nil
+}
+
+// Dead returns up to limit dead jobs over every shard, longest dead first.
+func (q *Queue) Dead(ctx context.Context, limit int) ([]DeadJob, error) {
+	heads, err := q.heads(ctx, limit, func(k Keys) string { return k.Dead })
+	if err != nil {
+		return nil, fmt.Errorf("delayq: dead jobs of %s: %w", q.name, err)
+	}
+	out := make([]DeadJob, len(heads))
+	for i, h := range heads {
+		out[i] = DeadJob{Shard: h.shard, ID: h.id, DiedAt: time.UnixMilli(h.score).UTC()}
+	}
+	return out, nil
+}
+
+type head struct {
+	shard int
+	id    string
+	score int64
+}
+
+// heads merges the first limit members of one sorted set of every shard.
+func (q *Queue) heads(ctx context.Context, limit int, set func(Keys) string) ([]head, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	cmds := make([]*redis.ZSliceCmd, len(q.keys))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range q.keys {
+			cmds[i] = p.ZRangeWithScores(ctx, set(k), 0, int64(limit-1))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var all []head
+	for n, c := range cmds {
+		for _, z := range c.Val() {
+			id, _ := z.Member.(string)
+			all = append(all, head{shard: n, id: id, score: int64(z.Score)})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b head) int {
+		return cmp.Or(cmp.Compare(a.score, b.score), cmp.Compare(a.shard, b.shard), cmp.Compare(a.id, b.id))
+	})
+	return all[:min(limit, len(all))], nil
+}
+
+// DeadCount is the number of dead jobs over every shard.
+func (q *Queue) DeadCount(ctx context.Context) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(q.keys))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range q.keys {
+			cmds[i] = p.ZCard(ctx, k.Dead)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delayq: count dead jobs of %s: %w", q.name, err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// Batch is one bounded step of moving dead jobs on one shard.
+type Batch struct {
+	// IDs are the jobs moved (requeued or purged).
+	IDs []string
+	// Left is the number of dead jobs the shard still holds.
+	Left int64
+}
+
+// RequeueDead moves dead jobs of shard n back to the due set, due at now, in
+// one script: the named ids (at most MaxBatch; those not dead are skipped), or
+// when none are named up to limit of the longest dead. Call it until Left is
+// 0 to requeue a whole shard.
+func (q *Queue) RequeueDead(ctx context.Context, n int, now time.Time, limit int, ids ...string) (Batch, error) {
+	k, err := q.shard(n)
+	if err != nil {
+		return Batch{}, err
+	}
+	args, err := batchArgs(limit, ids, now.UnixMilli())
+	if err != nil {
+		return Batch{}, err
+	}
+	res, err := requeueScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Dead}, args...).Slice()
+	if err != nil {
+		return Batch{}, fmt.Errorf("delayq: requeue dead jobs of %s: %w", k.Tag, err)
+	}
+	b, err := decodeBatch(res)
+	if err != nil {
+		return Batch{}, fmt.Errorf("delayq: requeue dead jobs of %s: %w", k.Tag, err)
+	}
+	return b, nil
+}
+
+// PurgeDead deletes dead jobs of shard n for good, in one script: the named
+// ids (at most MaxBatch; those not dead are skipped), or when none are named
+// up to limit of the longest dead. Whatever records the jobs referred to stay
+// as they are.
+func (q *Queue) PurgeDead(ctx context.Context, n int, limit int, ids ...string) (Batch, error) {
+	k, err := q.shard(n)
+	if err != nil {
+		return Batch{}, err
+	}
+	args, err := batchArgs(limit, ids)
+	if err != nil {
+		return Batch{}, err
+	}
+	res, err := purgeScript.Run(ctx, q.rdb, []string{k.Dead}, args...).Slice()
+	if err != nil {
+		return Batch{}, fmt.Errorf("delayq: purge dead jobs of %s: %w", k.Tag, err)
+	}
+	b, err := decodeBatch(res)
+	if err != nil {
+		return Batch{}, fmt.Errorf("delayq: purge dead jobs of %s: %w", k.Tag, err)
+	}
+	return b, nil
+}
+
+// batchArgs are ARGV of requeue (lead: now) and purge: leading values, the
+// limit, then the ids.
+func batchArgs(limit int, ids []string, lead ...any) ([]any, error) {
+	if limit < 1 || limit > MaxBatch {
+		return nil, fmt.Errorf("delayq: batch limit %d outside 1..%d", limit, MaxBatch)
+	}
+	if len(ids) > MaxBatch {
+		return nil, fmt.Errorf("delayq: %d ids in one batch, at most %d", len(ids), MaxBatch)
+	}
+	args := make([]any, 0, len(lead)+1+len(ids))
+	args = append(args, lead...)
+	args = append(args, limit)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args, nil
+}
+
+func decodeBatch(res []any) (Batch, error) {
+	if len(res) != 2 {
+		return Batch{}, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	raw, _ := res[0].([]any)
+	b := Batch{IDs: make([]string, 0, len(raw))}
+	for _, v := range raw {
+		id, _ := v.(string)
+		b.IDs = append(b.IDs, id)
+	}
+	b.Left, _ = res[1].(int64)
+	return b, nil
+}

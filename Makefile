@@ -12,11 +12,33 @@ CDK_VERSION ?= 2.1148.1
 CDK         := .cdk/node_modules/.bin/cdk
 # Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... --profile prod'.
 CDK_ARGS    ?=
+# The Lambda runtime interface emulator (make e2e, make invoke), pinned and
+# installed into bin/ (never globally); the functions' bootstraps for this
+# machine go to bin/host/<function>/.
+RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
+RIE         := bin/aws-lambda-rie
+# make invoke FN=<function> EVENT=events/<file>.json [TIMEOUT=<seconds>]
+FN      ?=
+EVENT   ?=
+TIMEOUT ?= 10
 
-.PHONY: help build run test vet bench synth deploy clean
+# Fuzz targets, as package:Target; make test runs each for FUZZ_SHORT,
+# make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz/ and
+# stay there as regression cases.
+FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/seckill:FuzzParsePurchase \
+  ./shared/seckill:FuzzParsePreheat ./shared/dispatch:FuzzDecodeJob ./shared/consumer:FuzzConsumerEvent \
+  ./shared/payout:FuzzPayResponse ./shared/signature:FuzzVerify ./shared/httpapi:FuzzServe \
+  ./shared/httpapi:FuzzRequestParts
+FUZZ_SHORT ?= 3s
+FUZZTIME   ?= 1m
+# make soak: how long the load runs, and how hard.
+SOAK_DURATION ?= 5m
+SOAK_RATE     ?= 250
+
+.PHONY: help build run test vet bench synth deploy clean fuzz soak
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 build: ## Build the Lambda bootstraps (linux/arm64, stripped) into dist/<function>/
 	@command -v zip >/dev/null || { echo "make build needs zip (apt-get install zip)"; exit 1; }
@@ -37,16 +59,59 @@ vet: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes)
+test: vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes), then each fuzz target for FUZZ_SHORT
 	$(GO) test -race -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
+
+fuzz: ## Each fuzz target for FUZZTIME (1m; make test runs them for FUZZ_SHORT, 3s)
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg | grep -v '^fuzz: elapsed' || exit 1; \
+	done
+
+soak: ## hourglass serve on a spawned redis-server under a mixed vegeta load for SOAK_DURATION (5m); writes bench/soak.md
+	$(GO) run ./internal/soak -duration $(SOAK_DURATION) -rate $(SOAK_RATE) -out bench/soak.md
 
 # dynalite, a DynamoDB-compatible server the DynamoDB ledger tests start.
 node_modules/.bin/dynalite: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-bench: ## Benchmarks of the delay queue and dispatch, on a spawned redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./shared/delayq/ ./shared/poller/ ./shared/dispatch/
+.PHONY: e2e invoke rie test-faults
+
+test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover) judged by the history checker
+	HOURGLASS_FAULT_RUNS=1 $(GO) test -race -count=1 -v -timeout 20m -run '^TestFault' ./internal/faults/
+
+e2e: rie ## Build the functions for this machine and run a withdrawal and a flash sale through them under the Lambda emulator
+	@$(call host_bootstraps,$(FUNCTIONS))
+	HOURGLASS_RIE=$(CURDIR)/$(RIE) HOURGLASS_BOOTSTRAPS=$(CURDIR)/bin/host \
+	  $(GO) test -count=1 -v -timeout 5m -run '^TestE2E$$' ./internal/e2e/
+
+invoke: rie ## Run one function under the Lambda emulator with your environment: make invoke FN=enqueue EVENT=events/healthz.json
+	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<function> EVENT=events/<file>.json [TIMEOUT=<seconds>]; functions: $(FUNCTIONS)"; exit 2; }
+	@case " $(FUNCTIONS) " in *" $(FN) "*) ;; *) echo "FN=$(FN): not one of $(FUNCTIONS)"; exit 2;; esac
+	@$(call host_bootstraps,$(FN))
+	@$(GO) run ./internal/rie/invoke -emulator $(RIE) -bootstrap bin/host/$(FN)/bootstrap -name $(FN) -event $(EVENT) -timeout $(TIMEOUT)s
+
+# host_bootstraps builds the bootstraps of the functions named in $(1) for
+# this machine, with the flags of make build.
+define host_bootstraps
+for fn in $(1); do \
+  mkdir -p bin/host/$$fn; \
+  CGO_ENABLED=0 GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) $(GO) build -trimpath -tags lambda.norpc \
+    -ldflags='-s -w -buildid=' -o bin/host/$$fn/bootstrap ./functions/$$fn; \
+done
+endef
+
+# rie installs the pinned emulator into bin/ unless it is there already.
+rie:
+	@$(GO) version -m $(RIE) 2>/dev/null | grep -q 'aws-lambda-runtime-interface-emulator[[:space:]]*$(RIE_VERSION)' || { \
+	  echo "installing aws-lambda-rie $(RIE_VERSION) into bin/"; \
+	  GOBIN=$(CURDIR)/bin $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION); }
+
+bench: rie ## Every performance target of SPEC.md against its baseline (about 3 min): bench/results.md
+	@$(call host_bootstraps,$(FUNCTIONS))
+	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host
 
 synth: build ## Build, then synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json)
 	rm -rf cdk.out

@@ -105,12 +105,19 @@ func (s *HourglassStack) createApi() {
 	}
 	var throttled []constructs.IDependable
 	for _, r := range routes {
-		added := s.Api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		opts := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{r.method},
 			Integration: integrations[r.fn],
 			Authorizer:  authorizers[r.access],
-		})
+		}
+		if r.access == user {
+			// Access tokens granting the app's scope only: an ID token of
+			// the same issuer and audience has no scope and is refused here
+			// (and again by the function, HOURGLASS_JWT_SCOPE).
+			opts.AuthorizationScopes = jsii.Strings(s.settings.JWTScope)
+		}
+		added := s.Api.AddRoutes(opts)
 		if _, ok := routeThrottles[string(r.method)+" "+r.path]; ok {
 			for _, rt := range *added {
 				throttled = append(throttled, rt)

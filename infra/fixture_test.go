@@ -43,6 +43,7 @@ var optSettings = func() Settings {
 	s := DefaultSettings()
 	s.JWTIssuer = "https://auth.example.org/realms/app"
 	s.JWTAudience = "mobile"
+	s.JWTScope = "payments/app"
 	s.FinanceEmail = "finance@example.org"
 	s.AlarmEmail = "ops@example.org"
 	s.RedisNodeType = "cache.r7g.xlarge"

@@ -86,11 +86,13 @@ func (s *HourglassStack) createFunctions() error {
 		{
 			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
 			description: "Withdrawal API: create, list, get, cancel; operator stats; health",
+			env:         map[string]*string{"HOURGLASS_JWT_SCOPE": jsii.String(s.settings.JWTScope)},
 		},
 		{
 			// More memory is more CPU: admissions come in bursts.
 			name: fnSeckill, memoryMB: 1024, timeout: apiTimeout,
 			description: "Flash-sale API: preheat, item state, purchase admission, purchase result",
+			env:         map[string]*string{"HOURGLASS_JWT_SCOPE": jsii.String(s.settings.JWTScope)},
 		},
 		{
 			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: pollerConcurrency,

@@ -18,6 +18,11 @@ type Settings struct {
 	// and the audience the app's tokens carry.
 	JWTIssuer   string
 	JWTAudience string
+	// JWTScope is the OAuth scope an access token must grant for the user
+	// routes (a Cognito resource server's "<identifier>/<scope>"); the
+	// authorizer requires it and the functions check it again
+	// (HOURGLASS_JWT_SCOPE), so ID tokens, which carry no scope, are refused.
+	JWTScope string
 	// FinanceEmail, when set, subscribes that address to the finance topic;
 	// AlarmEmail to the ops alarm topic.
 	FinanceEmail string
@@ -41,6 +46,7 @@ type Settings struct {
 const (
 	ctxJWTIssuer              = "jwtIssuer"
 	ctxJWTAudience            = "jwtAudience"
+	ctxJWTScope               = "jwtScope"
 	ctxFinanceEmail           = "financeEmail"
 	ctxAlarmEmail             = "alarmEmail"
 	ctxRedisNodeType          = "redisNodeType"
@@ -64,6 +70,7 @@ func DefaultSettings() Settings {
 	return Settings{
 		JWTIssuer:              placeholderIssuer,
 		JWTAudience:            "hourglass-app",
+		JWTScope:               "hourglass/user",
 		RedisNodeType:          "cache.r7g.large",
 		RedisShards:            2,
 		QueueShards:            4,
@@ -130,6 +137,7 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	}
 	str(ctxJWTIssuer, &s.JWTIssuer)
 	str(ctxJWTAudience, &s.JWTAudience)
+	str(ctxJWTScope, &s.JWTScope)
 	str(ctxFinanceEmail, &s.FinanceEmail)
 	str(ctxAlarmEmail, &s.AlarmEmail)
 	str(ctxRedisNodeType, &s.RedisNodeType)
@@ -146,6 +154,9 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	}
 	if s.JWTAudience == "" {
 		errs = append(errs, fmt.Errorf("context %s: must not be empty", ctxJWTAudience))
+	}
+	if !scopePattern.MatchString(s.JWTScope) {
+		errs = append(errs, fmt.Errorf("context %s: %q is not one OAuth scope (printable, no spaces or quotes)", ctxJWTScope, s.JWTScope))
 	}
 	if _, err := payoutPort(s.PayoutURL); err != nil {
 		errs = append(errs, fmt.Errorf("context %s: %w", ctxPayoutURL, err))
@@ -169,6 +180,7 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 
 var (
 	emailPattern      = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+	scopePattern      = regexp.MustCompile(`^[\x21\x23-\x5b\x5d-\x7e]{1,256}$`) // RFC 6749 3.3
 	nodeTypePattern   = regexp.MustCompile(`^cache\.[a-z0-9-]+\.[a-z0-9]+$`)
 	secretNamePattern = regexp.MustCompile(`^[A-Za-z0-9/_+=.@-]{1,512}$`)
 )

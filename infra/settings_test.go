@@ -21,7 +21,7 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 	if diff := cmp.Diff(DefaultSettings(), got); diff != "" {
 		t.Errorf("cdk.json context differs from DefaultSettings (-code +cdk.json):\n%s", diff)
 	}
-	keys := []string{ctxJWTIssuer, ctxJWTAudience, ctxFinanceEmail, ctxAlarmEmail, ctxRedisNodeType, ctxRedisShards,
+	keys := []string{ctxJWTIssuer, ctxJWTAudience, ctxJWTScope, ctxFinanceEmail, ctxAlarmEmail, ctxRedisNodeType, ctxRedisShards,
 		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxConsumerMaxConcurrency}
 	for _, k := range keys {
 		if _, ok := ctx[k]; !ok {
@@ -44,13 +44,14 @@ func TestSettingsFrom(t *testing.T) {
 		{
 			name: "strings from -c",
 			ctx: map[string]any{
-				"jwtIssuer": "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_abc", "jwtAudience": "app-client",
+				"jwtIssuer": "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_abc", "jwtAudience": "app-client", "jwtScope": "payments/app",
 				"financeEmail": "finance@example.com", "alarmEmail": " ops@example.com ", "redisNodeType": "cache.r7g.xlarge",
 				"redisShards": "3", "queueShards": "16", "payoutUrl": "https://pay.example.com/payouts",
 				"payoutSecretName": "prod/payout", "consumerMaxConcurrency": "100",
 			},
 			want: func(s *Settings) {
 				s.JWTIssuer, s.JWTAudience = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_abc", "app-client"
+				s.JWTScope = "payments/app"
 				s.FinanceEmail, s.AlarmEmail, s.RedisNodeType = "finance@example.com", "ops@example.com", "cache.r7g.xlarge"
 				s.RedisShards, s.QueueShards, s.ConsumerMaxConcurrency = 3, 16, 100
 				s.PayoutURL, s.PayoutSecretName = "https://pay.example.com/payouts", "prod/payout"
@@ -64,11 +65,11 @@ func TestSettingsFrom(t *testing.T) {
 		{
 			name: "everything wrong at once",
 			ctx: map[string]any{
-				"jwtIssuer": "http://issuer.example.com", "jwtAudience": "", "financeEmail": "finance",
+				"jwtIssuer": "http://issuer.example.com", "jwtAudience": "", "financeEmail": "finance", "jwtScope": "a b",
 				"redisNodeType": "r7g.large", "redisShards": "0", "queueShards": 2.5, "payoutUrl": "http://pay.example.com",
 				"payoutSecretName": "bad name", "consumerMaxConcurrency": 1.0, "alarmEmail": 7.0,
 			},
-			wantErr: []string{"jwtIssuer", "jwtAudience", "financeEmail", "alarmEmail", "redisNodeType", "redisShards",
+			wantErr: []string{"jwtIssuer", "jwtAudience", "jwtScope", "financeEmail", "alarmEmail", "redisNodeType", "redisShards",
 				"queueShards", "payoutUrl", "payoutSecretName", "consumerMaxConcurrency"},
 		},
 		{name: "shards out of range", ctx: map[string]any{"queueShards": "2000"}, wantErr: []string{"queueShards: 2000 is outside 1..1024"}},

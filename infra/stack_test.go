@@ -107,8 +107,8 @@ func TestFunctionEnvironment(t *testing.T) {
 		"HOURGLASS_LOG_LEVEL":         "info",
 	}
 	own := map[string]props{
-		fnEnqueue: {},
-		fnSeckill: {},
+		fnEnqueue: {"HOURGLASS_JWT_SCOPE": "hourglass/user"},
+		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user"},
 		fnPoller: {
 			"WORK_QUEUE_URL":          ref(logicalID(f.def, f.def.WorkQueue)),
 			"HOURGLASS_POLLER_MARGIN": "5s",
@@ -456,7 +456,12 @@ func TestApiRoutes(t *testing.T) {
 				if got := mustJSON(r["AuthorizerId"]); got != mustJSON(ref(authorizer)) {
 					t.Errorf("authorizer %s, want the JWT authorizer", got)
 				}
-			} else if r["AuthorizerId"] != nil {
+				// The scope the functions check (HOURGLASS_JWT_SCOPE): no
+				// ID token gets through.
+				if got := mustJSON(r["AuthorizationScopes"]); got != `["hourglass/user"]` {
+					t.Errorf("authorization scopes %s, want [\"hourglass/user\"]", got)
+				}
+			} else if r["AuthorizerId"] != nil || r["AuthorizationScopes"] != nil {
 				t.Errorf("authorizer %s on a %s route", mustJSON(r["AuthorizerId"]), w.auth)
 			}
 			// Target: integrations/<id>, whose URI is the function.

@@ -33,6 +33,7 @@ import (
 	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/poller"
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/redisconn"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/secrets"
@@ -76,6 +77,8 @@ type App struct {
 	Orders  seckill.OrderLedger
 	// Metrics is shared by every part; it writes nowhere until EmitMetricsTo.
 	Metrics *metrics.Emitter
+	// Limiter holds the per-user and per-source rate limits of the API.
+	Limiter *ratelimit.Limiter
 
 	scheduled atomic.Pointer[func(time.Time)]
 
@@ -138,6 +141,11 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
 		Items: seckill.NewStore(rdb, cfg.RedisPrefix), itemQueues: map[string]*delayq.Queue{}}
+	rates, err := cfg.RateRules()
+	if err != nil {
+		return nil, err
+	}
+	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates)
 	a.Metrics = metrics.New(io.Discard, a.Clock)
 	switch cfg.Ledger {
 	case "dynamodb":
@@ -149,7 +157,9 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		})
 		a.Ledger, a.Orders = d, d
 	default:
-		a.Ledger, a.Orders = ledger.NewRedis(rdb, q), ledger.NewRedisOrders(rdb, cfg.RedisPrefix)
+		r := ledger.NewRedis(rdb, q)
+		r.Grace = cfg.ReconcileInterval
+		a.Ledger, a.Orders = r, ledger.NewRedisOrders(rdb, cfg.RedisPrefix)
 	}
 	a.Service, err = withdrawal.NewService(withdrawal.Config{
 		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor, OnScheduled: a.notifyScheduled,
@@ -202,9 +212,9 @@ func (a *App) CreateTables(ctx context.Context) error {
 	return ledger.CreateTables(ctx, a.Dynamo, a.Tables())
 }
 
-// Reconcile runs the ledger's reconciler (the DynamoDB ledger's; the Redis
-// ledger keeps record and schedule in one script and has nothing to repair)
-// and the flash-sale compensation pass.
+// Reconcile runs the ledger's reconciler (every withdrawal not done with gets
+// its job back if it lost it; with DynamoDB also what Redis forgot) and the
+// flash-sale compensation pass.
 func (a *App) Reconcile(ctx context.Context, now time.Time) (ledger.Reconciliation, seckill.Report, error) {
 	var rec ledger.Reconciliation
 	var err error
@@ -317,7 +327,7 @@ func (a *App) SeckillAPI() *httpapi.Router { return a.router(a.seckillRoutes, a.
 
 func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
 	rt := httpapi.NewRouter(httpapi.Auth{
-		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken),
+		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken), Scope: a.Config.JWTScope,
 	}, a.Log, requestTimeout)
 	for _, register := range parts {
 		register(rt)
@@ -326,15 +336,18 @@ func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
 }
 
 func (a *App) withdrawalRoutes(rt *httpapi.Router) {
-	httpapi.Withdrawals{Service: a.Service}.Register(rt)
+	httpapi.Withdrawals{Service: a.Service, Limiter: a.Limiter}.Register(rt)
 }
 
-func (a *App) seckillRoutes(rt *httpapi.Router) { httpapi.Seckill{Service: a.Seckill}.Register(rt) }
+func (a *App) seckillRoutes(rt *httpapi.Router) {
+	httpapi.Seckill{Service: a.Seckill, Limiter: a.Limiter}.Register(rt)
+}
 
 func (a *App) opsRoutes(rt *httpapi.Router) {
 	httpapi.Ops{
 		Queues: a.Queues, Items: a.Items, Clock: a.Clock,
-		Ping: func(ctx context.Context) error { return redisconn.Ping(ctx, a.Redis) },
+		Ping:    func(ctx context.Context) error { return redisconn.Ping(ctx, a.Redis) },
+		Limiter: a.Limiter,
 	}.Register(rt)
 }
 

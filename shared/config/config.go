@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/shopspring/decimal"
 
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -116,6 +117,67 @@ type Config struct {
 
 	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
 	Currencies []string `env:"HOURGLASS_CURRENCIES" envDefault:"CNY,USD,EUR,JPY" envSeparator:","`
+
+	// JWTScope is the OAuth scope an access token needs for the user routes
+	// in jwt auth mode (the CDK authorizer requires the same).
+	JWTScope string `env:"HOURGLASS_JWT_SCOPE" envDefault:"hourglass/user"`
+	// Rate limits (ratelimit.Parse: "5/s", "30/m:10", "off") of purchase
+	// admission and withdrawal creation, per user and per source address.
+	// Unset, they are off locally and LambdaRates in Lambda.
+	RatePurchaseUser     string `env:"HOURGLASS_RATE_PURCHASE_USER"`
+	RatePurchaseSource   string `env:"HOURGLASS_RATE_PURCHASE_SOURCE"`
+	RateWithdrawalUser   string `env:"HOURGLASS_RATE_WITHDRAWAL_USER"`
+	RateWithdrawalSource string `env:"HOURGLASS_RATE_WITHDRAWAL_SOURCE"`
+}
+
+// LambdaRates are the rate limits a Lambda function applies when its
+// environment names none: a person buys a few times a second at most and
+// withdraws a few times a minute; an address is allowed room for a NAT of
+// many people.
+var LambdaRates = map[string]string{
+	"HOURGLASS_RATE_PURCHASE_USER":     "5/s",
+	"HOURGLASS_RATE_PURCHASE_SOURCE":   "100/s:200",
+	"HOURGLASS_RATE_WITHDRAWAL_USER":   "10/m",
+	"HOURGLASS_RATE_WITHDRAWAL_SOURCE": "600/m",
+}
+
+// rates lists the rate settings with the field each fills.
+func (c *Config) rates() []struct {
+	name string
+	dst  *string
+} {
+	return []struct {
+		name string
+		dst  *string
+	}{
+		{"HOURGLASS_RATE_PURCHASE_USER", &c.RatePurchaseUser},
+		{"HOURGLASS_RATE_PURCHASE_SOURCE", &c.RatePurchaseSource},
+		{"HOURGLASS_RATE_WITHDRAWAL_USER", &c.RateWithdrawalUser},
+		{"HOURGLASS_RATE_WITHDRAWAL_SOURCE", &c.RateWithdrawalSource},
+	}
+}
+
+// RateRules returns the rate limits of each route family.
+func (c Config) RateRules() (map[ratelimit.Family]ratelimit.Rule, error) {
+	var errs []error
+	parse := func(name, v string) ratelimit.Limit {
+		l, err := ratelimit.Parse(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		return l
+	}
+	rules := map[ratelimit.Family]ratelimit.Rule{
+		ratelimit.Purchase: {
+			User:   parse("HOURGLASS_RATE_PURCHASE_USER", c.RatePurchaseUser),
+			Source: parse("HOURGLASS_RATE_PURCHASE_SOURCE", c.RatePurchaseSource),
+		},
+		ratelimit.Withdrawal: {
+			User:   parse("HOURGLASS_RATE_WITHDRAWAL_USER", c.RateWithdrawalUser),
+			Source: parse("HOURGLASS_RATE_WITHDRAWAL_SOURCE", c.RateWithdrawalSource),
+		},
+	}
+	return rules, errors.Join(errs...)
 }
 
 // Profile picks the defaults that differ between the local stack and Lambda.
@@ -152,6 +214,13 @@ func Load(p Profile) (Config, error) {
 	// Set but empty counts as unset: a Lambda must not fall back to dev auth.
 	if p == Lambda && os.Getenv("HOURGLASS_AUTH") == "" {
 		c.Auth = "jwt"
+	}
+	if p == Lambda {
+		for _, r := range c.rates() {
+			if strings.TrimSpace(*r.dst) == "" {
+				*r.dst = LambdaRates[r.name]
+			}
+		}
 	}
 	for i, cur := range c.Currencies {
 		c.Currencies[i] = strings.TrimSpace(cur)
@@ -262,6 +331,18 @@ func (c Config) problems() []problem {
 	}
 	if _, err := c.WithdrawalRules(); err != nil {
 		bad("HOURGLASS_CURRENCIES/HOURGLASS_MAX_AMOUNT", "%v", err)
+	}
+	for _, r := range c.rates() {
+		if _, err := ratelimit.Parse(*r.dst); err != nil {
+			bad(r.name, "%v", err)
+		}
+	}
+	// An OAuth scope is one token of printable ASCII without spaces or
+	// quotes (RFC 6749 3.3).
+	if c.Auth == "jwt" && (c.JWTScope == "" || strings.ContainsFunc(c.JWTScope, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || r == '"' || r == '\\'
+	})) {
+		bad("HOURGLASS_JWT_SCOPE", "must be one OAuth scope (printable, no spaces) in jwt auth mode")
 	}
 	for _, u := range []struct{ name, url string }{
 		{"PAYOUT_URL", c.PayoutURL}, {"FINANCE_WEBHOOK_URL", c.FinanceWebhookURL},

@@ -10,6 +10,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ops"
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
 
@@ -20,6 +21,8 @@ type Ops struct {
 	Clock  clock.Clock
 	// Ping checks the dependencies /healthz vouches for.
 	Ping func(ctx context.Context) error
+	// Limiter, if set, adds the rate limits and their refusals to the stats.
+	Limiter *ratelimit.Limiter
 }
 
 // Register adds GET /v1/admin/stats and GET /healthz to rt.
@@ -37,6 +40,7 @@ func (h Ops) stats(ctx context.Context, _ *Request) (events.APIGatewayV2HTTPResp
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
+	snap.RateLimits = h.Limiter.Stats()
 	return JSON(http.StatusOK, snap)
 }
 

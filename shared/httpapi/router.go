@@ -6,7 +6,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -52,6 +51,9 @@ const (
 type Auth struct {
 	Mode       AuthMode
 	AdminToken string
+	// Scope, in jwt mode, is the scope an access token needs for the user
+	// routes (HOURGLASS_JWT_SCOPE); empty checks none.
+	Scope string
 }
 
 // Request is what a handler sees of an event.
@@ -236,6 +238,11 @@ func (rt *Router) authorize(access Access, req *Request) *Problem {
 		if id == "" || len(id) > maxUserID || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return NewProblem(http.StatusUnauthorized, CodeUnauthenticated, "no valid user identity on the request")
 		}
+		if rt.auth.Mode != AuthDev {
+			if p := scopeProblem(req.Event.RequestContext.Authorizer.JWT, rt.auth.Scope); p != nil {
+				return p
+			}
+		}
 		req.UserID = id
 	case Admin:
 		if rt.auth.Mode == AuthDev {
@@ -243,7 +250,7 @@ func (rt *Router) authorize(access Access, req *Request) *Problem {
 			if tok == "" {
 				return NewProblem(http.StatusUnauthorized, CodeUnauthenticated, "admin routes need the X-Admin-Token header")
 			}
-			if rt.auth.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(rt.auth.AdminToken)) != 1 {
+			if rt.auth.AdminToken == "" || !SameSecret(tok, rt.auth.AdminToken) {
 				return NewProblem(http.StatusForbidden, CodeForbidden, "the admin token is not valid")
 			}
 			return nil

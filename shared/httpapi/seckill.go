@@ -8,19 +8,23 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // Seckill serves /v1/seckill/*.
 type Seckill struct {
 	Service *seckill.Service
+	// Limiter, if set, rate-limits purchase admission per user and per
+	// source.
+	Limiter *ratelimit.Limiter
 }
 
 // Register adds the flash-sale routes and their error mapping to rt.
 func (h Seckill) Register(rt *Router) {
 	rt.Handle(http.MethodPut, "/v1/seckill/items/{item_id}", Admin, true, h.preheat)
 	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}", Public, false, h.state)
-	rt.Handle(http.MethodPost, "/v1/seckill/items/{item_id}/purchases", User, true, h.purchase)
+	rt.Handle(http.MethodPost, "/v1/seckill/items/{item_id}/purchases", User, true, rt.Limited(h.Limiter, ratelimit.Purchase, h.purchase))
 	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}/purchases/me", User, false, h.mine)
 	rt.MapErrors(seckillProblem)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -15,11 +16,13 @@ import (
 // Withdrawals serves /v1/withdrawals*.
 type Withdrawals struct {
 	Service *withdrawal.Service
+	// Limiter, if set, rate-limits creation per user and per source.
+	Limiter *ratelimit.Limiter
 }
 
 // Register adds the withdrawal routes and their error mapping to rt.
 func (h Withdrawals) Register(rt *Router) {
-	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, h.create)
+	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, rt.Limited(h.Limiter, ratelimit.Withdrawal, h.create))
 	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, h.list)
 	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, h.get)
 	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, h.cancel)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
 
@@ -14,6 +15,10 @@ import (
 type Snapshot struct {
 	Queues map[string]delayq.Stats      `json:"queues"`
 	Items  map[string]seckill.ItemStats `json:"items"`
+	// RateLimits is each route family's rate limits and this process's
+	// refusals (set by the API, which holds the limiter); absent when every
+	// limit is off.
+	RateLimits map[ratelimit.Family]ratelimit.FamilyStats `json:"rate_limits,omitempty"`
 }
 
 // Collect reads the counters of queues and of the flash-sale items at now.

@@ -76,6 +76,11 @@ func (e *Error) Object(body []byte, known map[string]bool, emptyOK bool) map[str
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
+		if k == "" {
+			// A problem's field names what the client sent; "" names nothing.
+			e.Add("body", "holds a field with an empty name")
+			continue
+		}
 		e.Add(k, "unknown field")
 	}
 	return raw

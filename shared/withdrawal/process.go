@@ -119,6 +119,9 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
 	case errors.Is(payErr, ErrPermanent) || (attempt >= p.cfg.MaxAttempts && !errors.Is(payErr, ErrOutcomeUnknown)):
 		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
+		if err == nil {
+			log.Warn("payout failed for good", "attempts", attempt, "error", payErr.Error())
+		}
 	default:
 		// A transient failure, or an unanswered call that may have paid: at
 		// MaxAttempts the first becomes final, the second is asked again (the

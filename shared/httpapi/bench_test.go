@@ -1,0 +1,94 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/app"
+	"github.com/hourglass/hourglass/shared/config"
+)
+
+// BenchmarkPurchaseRateLimits measures what the rate limits add to a flash-
+// sale admission through the router (every call admits a new user, 50
+// concurrent callers, one redis-server): with the limits off, per user, and
+// per user and per source. Compare ns/op:
+//
+//	go test -run '^$' -bench PurchaseRateLimits -benchtime 20000x ./shared/httpapi/
+func BenchmarkPurchaseRateLimits(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, bc := range []struct {
+		name string
+		vars map[string]string
+	}{
+		{"off", nil},
+		{"per-user", map[string]string{"HOURGLASS_RATE_PURCHASE_USER": "5/s"}},
+		{"per-user-and-source", map[string]string{
+			"HOURGLASS_RATE_PURCHASE_USER": "5/s", "HOURGLASS_RATE_PURCHASE_SOURCE": "1000000/s",
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.Setenv("REDIS_URL", srv.URL())
+			b.Setenv("HOURGLASS_AUTH", "dev")
+			b.Setenv("HOURGLASS_LOG_LEVEL", "error")
+			for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE"} {
+				b.Setenv(k, bc.vars[k])
+			}
+			cfg, err := config.Load(config.Local)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rdb, err := app.Connect(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rdb.Close()
+			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			a, err := app.New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rt := a.Router()
+			item := "bench-" + bc.name
+			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+			if _, err := a.Seckill.Preheat(context.Background(), item, []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
+				b.Fatal(err)
+			}
+			path := "/v1/seckill/items/" + item + "/purchases"
+			var next atomic.Int64
+			var refused atomic.Int64
+			b.SetParallelism(25) // 50 callers on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := next.Add(1)
+					ev := events.APIGatewayV2HTTPRequest{
+						RawPath: path,
+						Headers: map[string]string{"x-user-id": "user-" + strconv.FormatInt(i, 10)},
+						RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+							Method: "POST", Path: path, SourceIP: fmt.Sprintf("198.51.%d.%d", (i/256)%256, i%256),
+						}},
+					}
+					resp, _ := rt.Serve(context.Background(), ev)
+					if resp.StatusCode != 202 {
+						refused.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			if n := refused.Load(); n > 0 {
+				b.Fatalf("%d purchases not admitted", n)
+			}
+		})
+	}
+}

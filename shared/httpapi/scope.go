@@ -1,0 +1,38 @@
+package httpapi
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// scopeProblem checks, in jwt mode, that the token API Gateway's authorizer
+// accepted is an access token granting scope (when scope is set). An OpenID
+// Connect ID token proves who someone is to the app that asked for it; it
+// grants nothing, and it is easy to come by (any app of the issuer's users
+// has one), so it must not open the user routes: Cognito marks it
+// "token_use": "id" and gives it no scope claim.
+func scopeProblem(jwt *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription, scope string) *Problem {
+	if use := jwt.Claims["token_use"]; use != "" && use != "access" {
+		return NewProblem(http.StatusForbidden, CodeForbidden, "send an access token, not an ID token")
+	}
+	if scope == "" || slices.Contains(tokenScopes(jwt), scope) {
+		return nil
+	}
+	return NewProblem(http.StatusForbidden, CodeForbidden, "the access token does not grant the scope "+scope)
+}
+
+// tokenScopes gathers a token's scopes wherever API Gateway puts them: the
+// authorizer's own list (filled when the route requires scopes), the OAuth
+// "scope" claim (space-separated), and "scp" (an array some issuers use,
+// which reaches us flattened, e.g. "[a b]").
+func tokenScopes(jwt *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription) []string {
+	out := slices.Clone(jwt.Scopes)
+	for _, claim := range []string{"scope", "scp"} {
+		v := strings.Trim(jwt.Claims[claim], "[]")
+		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == '"' })...)
+	}
+	return out
+}

@@ -170,8 +170,11 @@ func (s *saleCluster) metas(t *testing.T, item string, shards int) []shardCounte
 			}
 			return v
 		}
+		// Units admitted are not kept: every unit that left the stock, less
+		// those released back to it.
 		out[n] = shardCounters{stock: num("stock"), left: num("left"), pending: num("pending"),
-			admitted: num("admitted"), confirmed: num("confirmed"), released: num("released")}
+			confirmed: num("confirmed"), released: num("released")}
+		out[n].admitted = out[n].stock - out[n].left + out[n].released
 	}
 	return out
 }

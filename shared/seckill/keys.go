@@ -9,7 +9,8 @@ import (
 // order job) is one script on one slot:
 //
 //	<tag>:meta       hash: version, starts, ends, limit, shards, stock, left,
-//	                 pending (orders not made yet), admitted, confirmed, released
+//	                 pending (orders not made yet), confirmed, released (units
+//	                 admitted are stock - left + released)
 //	<tag>:users      hash: user -> "<quantity>|<pid>@<shard>,..." (home shard only)
 //	<tag>:purchases  hash: purchase id -> record (see decodePurchase)
 //	<tag>:holds      sorted set: "<pid>|<quantity>|<user>" by deadline (home only)

@@ -3,6 +3,7 @@ package seckill
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -54,8 +55,13 @@ func homedAt(shard, shards int) string {
 
 func (e protoEnv) attempt(user string, shards int) attempt {
 	now := e.clock.Now()
+	set, err := e.store.settings(context.Background(), "phone")
+	if err != nil || set.shards != shards {
+		panic(fmt.Sprintf("settings %+v %v", set, err))
+	}
 	return attempt{item: "phone", user: user, pid: NewPurchaseID(now), qty: 1, shards: shards,
-		home: delayq.ShardOf(user, shards), now: now, holdUntil: now.Add(DefaultHold), backlog: 1000}
+		home: delayq.ShardOf(user, shards), now: now, holdUntil: now.Add(DefaultHold), backlog: 1000,
+		version: set.version, starts: set.starts, ends: set.ends, limit: set.limit}
 }
 
 // drain empties shard n's stock by buyers homed there.

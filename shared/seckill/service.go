@@ -23,8 +23,11 @@ const (
 	// DefaultHold is how long a buyer's limit may be held while stock is
 	// taken from another shard; takes after it are refused.
 	DefaultHold = 10 * time.Second
-	// layoutTTL is how long a container trusts an item's shard count.
-	layoutTTL = time.Second
+	// settingsTTL is how long a container trusts its copy of an item's
+	// settings before reading them again (a purchase under settings of an
+	// older version is refused by the script and retried, so staleness
+	// costs a round trip, never correctness).
+	settingsTTL = time.Second
 )
 
 // Config configures a Service.
@@ -51,7 +54,7 @@ type Service struct {
 	cfg Config
 
 	mu     sync.Mutex
-	layout map[string]layoutEntry
+	items  map[string]itemEntry
 	memory map[string]memoryEntry
 	// buyers are the users this container admitted, per item, so that a
 	// buyer's retry answers already_purchased even when the item is
@@ -60,9 +63,9 @@ type Service struct {
 	buyers map[string]map[string]bool
 }
 
-type layoutEntry struct {
-	shards int
-	at     time.Time
+type itemEntry struct {
+	settings
+	at time.Time
 }
 
 // memoryEntry is the seed's "memory flag": an item this container saw sold
@@ -94,7 +97,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
 		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
 	}
-	return &Service{cfg: cfg, layout: map[string]layoutEntry{}, memory: map[string]memoryEntry{},
+	return &Service{cfg: cfg, items: map[string]itemEntry{}, memory: map[string]memoryEntry{},
 		buyers: map[string]map[string]bool{}}, nil
 }
 
@@ -112,23 +115,23 @@ func OrderID(purchaseID string) string {
 	return "or_" + purchaseID
 }
 
-// shards returns the item's shard count (0 when unknown), from this
-// container's cache when fresh.
-func (s *Service) shards(ctx context.Context, item string, now time.Time, fresh bool) (int, error) {
+// settings returns the item's settings (version 0 when it is unknown), from
+// this container's copy while it is fresh.
+func (s *Service) settings(ctx context.Context, item string, now time.Time, fresh bool) (settings, error) {
 	s.mu.Lock()
-	e, ok := s.layout[item]
+	e, ok := s.items[item]
 	s.mu.Unlock()
-	if ok && !fresh && now.Sub(e.at) < layoutTTL {
-		return e.shards, nil
+	if ok && !fresh && now.Sub(e.at) < settingsTTL && !now.Before(e.at) {
+		return e.settings, nil
 	}
-	n, err := s.cfg.Store.Shards(ctx, item)
+	st, err := s.cfg.Store.settings(ctx, item)
 	if err != nil {
-		return 0, err
+		return settings{}, err
 	}
 	s.mu.Lock()
-	s.layout[item] = layoutEntry{shards: n, at: now}
+	s.items[item] = itemEntry{settings: st, at: now}
 	s.mu.Unlock()
-	return n, nil
+	return st, nil
 }
 
 func (s *Service) remembered(item, user string, now time.Time) error {
@@ -161,7 +164,7 @@ func (s *Service) forget(item string, version int64) {
 	if e, ok := s.memory[item]; ok && (version == 0 || e.version < version) {
 		delete(s.memory, item)
 	}
-	delete(s.layout, item)
+	delete(s.items, item)
 	if version == 0 {
 		delete(s.buyers, item)
 	}
@@ -231,14 +234,14 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 		return State{}, ErrNotFound
 	}
 	now := s.cfg.Clock.Now().UTC()
-	n, err := s.shards(ctx, itemID, now, false)
+	set, err := s.settings(ctx, itemID, now, false)
 	if err != nil {
 		return State{}, err
 	}
-	if n == 0 {
+	if set.version == 0 {
 		return State{}, ErrNotFound
 	}
-	metas, ok, err := s.cfg.Store.metas(ctx, itemID, n)
+	metas, ok, err := s.cfg.Store.metas(ctx, itemID, set.shards)
 	if err != nil {
 		return State{}, err
 	}
@@ -291,26 +294,25 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 		s.countRefusal(err)
 		return Purchase{}, err
 	}
-	n, err := s.shards(ctx, itemID, now, false)
+	set, err := s.settings(ctx, itemID, now, false)
 	if err != nil {
 		return Purchase{}, err
 	}
-	if n == 0 {
-		return Purchase{}, ErrNotFound
-	}
 	a := attempt{item: itemID, user: userID, pid: NewPurchaseID(now), qty: qty, now: now, holdUntil: now.Add(s.cfg.Hold)}
-	for range 2 { // a second round only if the item's shard count changed under us
-		a.shards = n
-		a.home = delayq.ShardOf(userID, n)
-		a.backlog = (s.cfg.Backlog + int64(n) - 1) / int64(n)
+	for range 2 { // a second round only if the item was preheated under us
+		if set.version == 0 {
+			return Purchase{}, ErrNotFound
+		}
+		a.shards, a.version, a.starts, a.ends, a.limit = set.shards, set.version, set.starts, set.ends, set.limit
+		a.home = delayq.ShardOf(userID, a.shards)
+		a.backlog = (s.cfg.Backlog + int64(a.shards) - 1) / int64(a.shards)
 		res, err := s.cfg.Store.admit(ctx, a)
 		if err != nil {
 			return Purchase{}, err
 		}
-		a.version = res.version
 		switch res.code {
-		case codeStaleShards:
-			if n, err = s.shards(ctx, itemID, now, true); err != nil {
+		case codeStale:
+			if set, err = s.settings(ctx, itemID, now, true); err != nil {
 				return Purchase{}, err
 			}
 			continue
@@ -321,7 +323,7 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 		}
 		return Purchase{}, s.refusal(itemID, res, now)
 	}
-	return Purchase{}, errors.New("seckill: the item's shard count keeps changing")
+	return Purchase{}, errors.New("seckill: the item keeps being preheated again")
 }
 
 func (s *Service) admitted(a attempt, shard int) Purchase {
@@ -441,14 +443,14 @@ func (s *Service) Mine(ctx context.Context, itemID, userID string) (Purchase, er
 	if !ValidItemID(itemID) {
 		return Purchase{}, ErrNotFound
 	}
-	n, err := s.shards(ctx, itemID, s.cfg.Clock.Now(), false)
+	set, err := s.settings(ctx, itemID, s.cfg.Clock.Now(), false)
 	if err != nil {
 		return Purchase{}, err
 	}
-	if n == 0 {
+	if set.version == 0 {
 		return Purchase{}, ErrNotFound
 	}
-	refs, err := s.cfg.Store.userPurchases(ctx, itemID, delayq.ShardOf(userID, n), userID)
+	refs, err := s.cfg.Store.userPurchases(ctx, itemID, delayq.ShardOf(userID, set.shards), userID)
 	if err != nil {
 		return Purchase{}, err
 	}

@@ -78,6 +78,29 @@ func (s *Store) keys(item string, n int) shardKeys {
 	return k
 }
 
+// settings are an item's settings for one version, as its shard 0 holds them.
+type settings struct {
+	version      int64
+	shards       int
+	starts, ends time.Time
+	limit        int
+}
+
+// settings reads an item's settings; version 0 means the item is unknown.
+func (s *Store) settings(ctx context.Context, item string) (settings, error) {
+	vals, err := s.rdb.HMGet(ctx, s.keys(item, 0).Meta, "version", "shards", "starts", "ends", "limit").Result()
+	if err != nil {
+		return settings{}, fmt.Errorf("seckill: read %s: %w", item, err)
+	}
+	num := func(i int) int64 {
+		str, _ := vals[i].(string)
+		v, _ := strconv.ParseInt(str, 10, 64)
+		return v
+	}
+	return settings{version: num(0), shards: int(num(1)), starts: time.UnixMilli(num(2)).UTC(),
+		ends: time.UnixMilli(num(3)).UTC(), limit: int(num(4))}, nil
+}
+
 // Shards returns the registered shard count of item, 0 if it is unknown.
 func (s *Store) Shards(ctx context.Context, item string) (int, error) {
 	v, err := s.rdb.HGet(ctx, registryKey(s.prefix), item).Result()
@@ -115,11 +138,14 @@ type shardMeta struct {
 	shards                                   int
 	starts, ends                             time.Time
 	limit                                    int
-	stock, left, pending, admitted, confirmd int64
-	released                                 int64
+	stock, left, pending, confirmd, released int64
 }
 
-var metaFields = []string{"version", "shards", "starts", "ends", "limit", "stock", "left", "pending", "admitted", "confirmed", "released"}
+// admitted is the units admitted: every unit that left the stock, less
+// those released back to it.
+func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released }
+
+var metaFields = []string{"version", "shards", "starts", "ends", "limit", "stock", "left", "pending", "confirmed", "released"}
 
 // metas reads the meta of every shard of item, in one pipelined round trip.
 // A shard without meta gives ok=false.
@@ -148,7 +174,7 @@ func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta
 		}
 		out[n] = shardMeta{
 			version: num(0), shards: int(num(1)), starts: time.UnixMilli(num(2)).UTC(), ends: time.UnixMilli(num(3)).UTC(),
-			limit: int(num(4)), stock: num(5), left: num(6), pending: num(7), admitted: num(8), confirmd: num(9), released: num(10),
+			limit: int(num(4)), stock: num(5), left: num(6), pending: num(7), confirmd: num(8), released: num(9),
 		}
 	}
 	return out, true, nil
@@ -163,7 +189,7 @@ type admission struct {
 
 const (
 	codeUnknown      = 0
-	codeStaleShards  = 1
+	codeStale        = 1
 	codeNotStarted   = 2
 	codeEnded        = 3
 	codeLimitReached = 4
@@ -203,13 +229,17 @@ type attempt struct {
 	qty, shards, home int
 	now, holdUntil    time.Time
 	backlog           int64
-	version           int64
+	// The item's settings as the caller knows them, for its version.
+	version      int64
+	starts, ends time.Time
+	limit        int
 }
 
 func (s *Store) admit(ctx context.Context, a attempt) (admission, error) {
 	k := s.keys(a.item, a.home)
 	res, err := admitScript.Run(ctx, s.rdb, []string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due},
-		a.user, a.qty, a.now.UnixMilli(), a.pid, a.shards, a.backlog, a.holdUntil.UnixMilli(), a.home).Slice()
+		a.user, a.qty, a.now.UnixMilli(), a.pid, a.version, a.backlog, a.holdUntil.UnixMilli(), a.home,
+		a.starts.UnixMilli(), a.ends.UnixMilli(), a.limit, a.shards).Slice()
 	if err != nil {
 		return admission{}, fmt.Errorf("seckill: admit on %s: %w", k.Tag, err)
 	}
@@ -382,7 +412,7 @@ func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
 		var st ItemStats
 		for _, m := range metas {
 			st.StockLeft += m.left
-			st.Admitted += m.admitted
+			st.Admitted += m.admitted()
 			st.Confirmed += m.confirmd
 		}
 		out[item] = st

@@ -22,6 +22,6 @@ end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 if ARGV[2] ~= '0' then
   redis.call('HSET', KEYS[1], 'version', ARGV[1], 'shards', ARGV[2], 'starts', ARGV[3], 'ends', ARGV[4],
-    'limit', ARGV[5], 'stock', ARGV[6], 'left', ARGV[6], 'pending', 0, 'admitted', 0, 'confirmed', 0, 'released', 0)
+    'limit', ARGV[5], 'stock', ARGV[6], 'left', ARGV[6], 'pending', 0, 'confirmed', 0, 'released', 0)
 end
 return 1

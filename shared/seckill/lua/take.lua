@@ -18,7 +18,7 @@
 if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then
   return {6, -1}
 end
-local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', 'left', 'pending', 'admitted')
+local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', 'left', 'pending')
 if meta[1] ~= ARGV[8] then
   return {0}
 end
@@ -38,7 +38,7 @@ local left = tonumber(meta[3])
 if left < qty then
   return {7}
 end
-redis.call('HSET', KEYS[1], 'left', left - qty, 'pending', pending + 1, 'admitted', tonumber(meta[5]) + qty)
+redis.call('HSET', KEYS[1], 'left', left - qty, 'pending', pending + 1)
 redis.call('HSET', KEYS[2], ARGV[4], 'reserved|' .. qty .. '|' .. ARGV[3] .. '|' .. ARGV[3] .. '|' .. ARGV[7] .. '|0||' .. ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 return {6, left - qty}

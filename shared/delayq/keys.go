@@ -16,6 +16,10 @@ type Keys struct {
 	Inflight string
 	// Dead holds jobs given up on: member job id, score time of death (unix ms).
 	Dead string
+	// Lease holds the last lease token handed out (a string): tokens only
+	// grow, so a late or repeated ack of an old lease never finishes jobs of
+	// a newer one.
+	Lease string
 }
 
 // KeysOf names the keys of shard n of queue, as New(...).Keys(n) would,
@@ -24,7 +28,7 @@ func KeysOf(prefix, queue string, n int) Keys { return newKeys(prefix, queue, n)
 
 func newKeys(prefix, queue string, shard int) Keys {
 	tag := prefix + "{dq:" + queue + ":" + strconv.Itoa(shard) + "}"
-	return Keys{Tag: tag, Due: tag + ":due", Inflight: tag + ":inflight", Dead: tag + ":dead"}
+	return Keys{Tag: tag, Due: tag + ":due", Inflight: tag + ":inflight", Dead: tag + ":dead", Lease: tag + ":lease"}
 }
 
 // Key builds another key in the shard's slot: Tag + ":" + parts joined by ":".

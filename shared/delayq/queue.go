@@ -189,7 +189,7 @@ func (q *Queue) Claim(ctx context.Context, n int, now time.Time, lease time.Dura
 	}
 	nowMS := now.UnixMilli()
 	token := now.Add(lease).UnixMilli()
-	res, err := claimScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight}, nowMS, token, limit).Slice()
+	res, err := claimScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Lease}, nowMS, token, limit).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("delayq: claim %s: %w", k.Tag, err)
 	}
@@ -201,8 +201,11 @@ func (q *Queue) Claim(ctx context.Context, n int, now time.Time, lease time.Dura
 }
 
 func (q *Queue) decodeClaim(n int, token int64, res []any) (Claim, error) {
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return Claim{}, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	if t, ok := res[3].(int64); ok {
+		token = t // moved on past a lease of the same deadline
 	}
 	flat, _ := res[0].([]any)
 	c := Claim{Lease: token, Jobs: make([]Job, 0, len(flat)/2)}
@@ -262,6 +265,97 @@ func (q *Queue) Ack(ctx context.Context, n int, token int64, ids ...string) (int
 		return 0, fmt.Errorf("delayq: ack %d jobs in %s: %w", len(ids), k.Tag, err)
 	}
 	return acked, nil
+}
+
+// AckClaim acks jobs of shard n under lease token, then claims the next
+// batch (as Claim), in one round trip: a poller working through a backlog
+// pays one round trip per batch instead of two. With whole, every job still
+// under the lease is acked (as AckLease) and ids is not used; otherwise ids
+// are (as Ack). If the round trip fails, either step may have happened: jobs
+// not acked are sent again when their lease expires, jobs claimed come back
+// the same way; nothing is lost.
+func (q *Queue) AckClaim(ctx context.Context, n int, token int64, whole bool, ids []string, now time.Time, lease time.Duration, limit int) (int, Claim, error) {
+	k, err := q.shard(n)
+	if err != nil {
+		return 0, Claim{}, err
+	}
+	if limit < 1 || limit > MaxBatch {
+		return 0, Claim{}, fmt.Errorf("delayq: claim limit %d outside 1..%d", limit, MaxBatch)
+	}
+	var args []any
+	if !whole {
+		args = make([]any, 0, len(ids)+1)
+		args = append(args, token)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	next := now.Add(lease).UnixMilli()
+	t := strconv.FormatInt(token, 10)
+	pipe := q.rdb.Pipeline()
+	var (
+		leaseCmd *redis.IntCmd
+		idsCmd   *redis.Cmd
+	)
+	switch {
+	case whole:
+		leaseCmd = pipe.ZRemRangeByScore(ctx, k.Inflight, t, t)
+	case len(ids) > 0:
+		idsCmd = ackScript.EvalSha(ctx, pipe, []string{k.Inflight}, args...)
+	}
+	claimCmd := claimScript.EvalSha(ctx, pipe, []string{k.Due, k.Inflight, k.Lease}, now.UnixMilli(), next, limit)
+	_, _ = pipe.Exec(ctx) // each command's own error is looked at below
+
+	var acked int
+	switch {
+	case leaseCmd != nil:
+		removed, err := leaseCmd.Result()
+		if err != nil {
+			return 0, Claim{}, fmt.Errorf("delayq: ack lease %d in %s: %w", token, k.Tag, err)
+		}
+		acked = int(removed)
+	case idsCmd != nil:
+		// A script Redis does not hold yet (NOSCRIPT) did not run: run it
+		// again the way that loads it.
+		acked, err = idsCmd.Int()
+		if noScript(err) {
+			acked, err = ackScript.Run(ctx, q.rdb, []string{k.Inflight}, args...).Int()
+		}
+		if err != nil {
+			return 0, Claim{}, fmt.Errorf("delayq: ack %d jobs in %s: %w", len(ids), k.Tag, err)
+		}
+	}
+	res, err := claimCmd.Slice()
+	if noScript(err) {
+		res, err = claimScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Lease}, now.UnixMilli(), next, limit).Slice()
+	}
+	if err != nil {
+		return acked, Claim{}, fmt.Errorf("delayq: claim %s: %w", k.Tag, err)
+	}
+	c, err := q.decodeClaim(n, next, res)
+	if err != nil {
+		return acked, Claim{}, fmt.Errorf("delayq: claim %s: %w", k.Tag, err)
+	}
+	return acked, c, nil
+}
+
+func noScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// AckLease finishes every job of shard n still held under lease token:
+// one command, whatever the batch size, for a claim whose jobs were all
+// handed over. (A job whose lease expired and was claimed again is under
+// a newer token: a shard's tokens only grow.)
+func (q *Queue) AckLease(ctx context.Context, n int, token int64) (int, error) {
+	k, err := q.shard(n)
+	if err != nil {
+		return 0, err
+	}
+	t := strconv.FormatInt(token, 10)
+	acked, err := q.rdb.ZRemRangeByScore(ctx, k.Inflight, t, t).Result()
+	if err != nil {
+		return 0, fmt.Errorf("delayq: ack lease %d in %s: %w", token, k.Tag, err)
+	}
+	return int(acked), nil
 }
 
 // RetryAt takes job id of shard n out of its lease (token; 0 for any) and

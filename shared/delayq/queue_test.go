@@ -256,3 +256,124 @@ func TestShardsAreSeparateSlots(t *testing.T) {
 		}
 	})
 }
+
+// TestWholeLeaseAck: a shard's lease tokens only grow, even when two claims
+// fall in the same millisecond or a claimer's clock is behind, so a lease
+// whose jobs were all handed over is acked by its token alone, and only its
+// jobs go, however late the ack.
+func TestWholeLeaseAck(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		q := newQueue(t, b, 1)
+		for _, id := range []string{"a", "b", "c", "d"} {
+			if err := q.Add(ctx, 0, id, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first, err := q.Claim(ctx, 0, t0, 30*time.Second, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := q.Claim(ctx, 0, t0, 30*time.Second, 2) // same millisecond, same lease
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Lease != t0.Add(30*time.Second).UnixMilli() || second.Lease != first.Lease+1 {
+			t.Fatalf("lease tokens %d and %d, want %d and the next millisecond", first.Lease, second.Lease, t0.Add(30*time.Second).UnixMilli())
+		}
+		for _, j := range second.Jobs {
+			if j.Lease != second.Lease {
+				t.Fatalf("job %s carries lease %d, its claim %d", j.ID, j.Lease, second.Lease)
+			}
+		}
+		if n, err := q.AckLease(ctx, 0, first.Lease); err != nil || n != 2 {
+			t.Fatalf("ack of the first lease acked %d (%v), want 2", n, err)
+		}
+		st, err := q.Stats(ctx, t0)
+		if err != nil || st.Inflight != 2 {
+			t.Fatalf("after the first lease's ack: %+v %v; want the second lease's 2 jobs in flight", st, err)
+		}
+		// The second claimer dies; its jobs come back under a new lease, and
+		// its late ack takes nothing from that one.
+		third, err := q.Claim(ctx, 0, t0.Add(30*time.Second+time.Millisecond), 30*time.Second, 10)
+		if err != nil || third.Reaped != 2 || len(third.Jobs) != 2 {
+			t.Fatalf("after the lease: %+v %v", third, err)
+		}
+		if n, err := q.AckLease(ctx, 0, second.Lease); err != nil || n != 0 {
+			t.Fatalf("stale lease ack acked %d (%v)", n, err)
+		}
+		if n, err := q.AckLease(ctx, 0, third.Lease); err != nil || n != 2 {
+			t.Fatalf("ack of the third lease acked %d (%v)", n, err)
+		}
+		if st, err := q.Stats(ctx, t0.Add(time.Hour)); err != nil || st != (delayq.Stats{}) {
+			t.Fatalf("queue not empty: %+v %v", st, err)
+		}
+		// A claimer whose clock is a minute behind still gets a newer token.
+		if err := q.Add(ctx, 0, "e", t0.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		behind, err := q.Claim(ctx, 0, t0.Add(-time.Minute), 30*time.Second, 10)
+		if err != nil || len(behind.Jobs) != 1 || behind.Lease <= third.Lease {
+			t.Fatalf("claim by a clock behind: %+v %v; want a token past %d", behind, err, third.Lease)
+		}
+	})
+}
+
+// TestAckClaim: the ack of one batch and the claim of the next in one round
+// trip, by the whole lease or by ids, also when Redis lost its scripts (a
+// restart, a failover) and must be given them again.
+func TestAckClaim(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		q := newQueue(t, b, 1)
+		for i := range 7 {
+			if err := q.Add(ctx, 0, fmt.Sprintf("j%d", i), t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := t0.Add(time.Second)
+		c, err := q.Claim(ctx, 0, now, time.Minute, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked, c2, err := q.AckClaim(ctx, 0, c.Lease, true, nil, now, time.Minute, 3)
+		if err != nil || acked != 3 {
+			t.Fatalf("whole-lease ack + claim: acked %d (%v)", acked, err)
+		}
+		if diff := cmp.Diff([]string{"j3", "j4", "j5"}, ids(c2.Jobs)); diff != "" {
+			t.Fatalf("claimed with the ack (-want +got):\n%s", diff)
+		}
+		if c2.Lease <= c.Lease {
+			t.Fatalf("the next claim's token %d is not past the acked lease's %d", c2.Lease, c.Lease)
+		}
+		// The pipeline's ack repeated (a client library retrying after a lost
+		// reply) finishes nothing of the lease claimed with it.
+		if n, err := q.AckLease(ctx, 0, c.Lease); err != nil || n != 0 {
+			t.Fatalf("repeated ack of the acked lease acked %d (%v)", n, err)
+		}
+		if err := b.Client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// j4 was refused and scheduled again: only j3 and j5 are acked.
+		if err := q.RetryAt(ctx, 0, "j4", c2.Lease, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		acked, c3, err := q.AckClaim(ctx, 0, c2.Lease, false, []string{"j3", "j5"}, now, time.Minute, 3)
+		if err != nil || acked != 2 {
+			t.Fatalf("ack by ids + claim after SCRIPT FLUSH: acked %d (%v)", acked, err)
+		}
+		if diff := cmp.Diff([]string{"j6"}, ids(c3.Jobs)); diff != "" {
+			t.Fatalf("claimed (-want +got):\n%s", diff)
+		}
+		st, err := q.Stats(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(delayq.Stats{Due: 1, Inflight: 1}, st); diff != "" {
+			t.Fatalf("stats (-want +got):\n%s", diff)
+		}
+		if _, _, err := q.AckClaim(ctx, 0, c3.Lease, true, nil, now, time.Minute, delayq.MaxBatch+1); err == nil {
+			t.Fatal("claim above MaxBatch was accepted")
+		}
+	})
+}

@@ -281,18 +281,67 @@ func (p *Poller) Round(ctx context.Context) (RoundResult, error) {
 	return res, g.Wait()
 }
 
+// ChainedBatches bounds the batches one shard works through in one round
+// while they come full; each batch's ack travels with the next claim, so a
+// backlog costs one round trip per batch.
+const ChainedBatches = 8
+
+// shard claims due jobs of shard n, hands them over and acks them.
 func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult, error) {
+	var (
+		r       RoundResult
+		retryAt time.Time // earliest re-schedule of a refused job
+	)
+	done := func(err error) (RoundResult, error) {
+		if !retryAt.IsZero() && (r.Next.IsZero() || retryAt.Before(r.Next)) {
+			r.Next = retryAt
+		}
+		return r, err
+	}
 	c, err := q.Claim(ctx, n, p.cfg.Clock.Now(), p.cfg.Lease, p.cfg.Batch)
-	if err != nil {
-		return RoundResult{}, err
+	for i := 1; ; i++ {
+		if err != nil {
+			return done(err)
+		}
+		r.Claimed += len(c.Jobs)
+		r.Reaped += c.Reaped
+		r.More, r.Next = len(c.Jobs) == p.cfg.Batch, c.Next
+		if c.Reaped > 0 {
+			p.cfg.Logger.Warn("expired leases returned", "queue", q.Name(), "shard", n, "jobs", c.Reaped)
+		}
+		if len(c.Jobs) == 0 {
+			return done(nil)
+		}
+		accepted, refused, refusedAt, err := p.handOver(ctx, q, n, c)
+		r.Refused += refused
+		if !refusedAt.IsZero() && retryAt.IsZero() {
+			retryAt = refusedAt
+		}
+		if err != nil || !p.cfg.Ack {
+			return done(err)
+		}
+		// Every job handed over (the common case): the whole lease is acked
+		// by its token, one command whatever the batch size.
+		whole := refused == 0
+		if !r.More || i == ChainedBatches {
+			// Not acked: the lease expires and the jobs are sent again, which
+			// the consumer tolerates (it is idempotent); nothing is lost.
+			if whole {
+				_, err = q.AckLease(ctx, n, c.Lease)
+			} else {
+				_, err = q.Ack(ctx, n, c.Lease, accepted...)
+			}
+			return done(err)
+		}
+		_, c, err = q.AckClaim(ctx, n, c.Lease, whole, accepted, p.cfg.Clock.Now(), p.cfg.Lease, p.cfg.Batch)
 	}
-	r := RoundResult{Claimed: len(c.Jobs), Reaped: c.Reaped, More: len(c.Jobs) == p.cfg.Batch, Next: c.Next}
-	if c.Reaped > 0 {
-		p.cfg.Logger.Warn("expired leases returned", "queue", q.Name(), "shard", n, "jobs", c.Reaped)
-	}
-	if len(c.Jobs) == 0 {
-		return r, nil
-	}
+}
+
+// handOver dispatches a claim's jobs and schedules the refused ones again
+// after RetryDelay (a job we fail to re-schedule keeps its lease and comes
+// back when it expires). It returns the ids handed over, the number refused
+// and when those are due again (zero if none was refused).
+func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.Claim) ([]string, int, time.Time, error) {
 	handed := p.cfg.Clock.Now()
 	if p.cfg.OnClaim != nil {
 		p.cfg.OnClaim(c.Jobs, handed)
@@ -306,37 +355,24 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 	if derr != nil {
 		p.cfg.Logger.Error("dispatch failed", "queue", q.Name(), "shard", n, "refused", len(refused), "error", derr.Error())
 	}
-	r.Refused = len(refused)
-	// Refused jobs wait RetryDelay; a job we fail to re-schedule keeps its
-	// lease and comes back when it expires.
-	retryAt := p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
-	for _, j := range refused {
-		if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
-			return r, err
+	var retryAt time.Time
+	skip := make(map[string]bool, len(refused))
+	if len(refused) > 0 {
+		retryAt = p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
+		for _, j := range refused {
+			skip[j.ID] = true
+			if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
+				return nil, len(refused), retryAt, err
+			}
 		}
 	}
-	if len(refused) > 0 && (r.Next.IsZero() || retryAt.Before(r.Next)) {
-		r.Next = retryAt
-	}
-	if !p.cfg.Ack {
-		return r, nil
-	}
 	accepted := make([]string, 0, len(c.Jobs)-len(refused))
-	skip := make(map[string]bool, len(refused))
-	for _, j := range refused {
-		skip[j.ID] = true
-	}
 	for _, j := range c.Jobs {
 		if !skip[j.ID] {
 			accepted = append(accepted, j.ID)
 		}
 	}
-	if _, err := q.Ack(ctx, n, c.Lease, accepted...); err != nil {
-		// Not acked: the lease expires and the jobs are sent again, which the
-		// consumer tolerates (it is idempotent); nothing is lost.
-		return r, err
-	}
-	return r, nil
+	return accepted, len(refused), retryAt, nil
 }
 
 // Handler returns the Lambda handler of the scheduled poller: it polls until

@@ -457,11 +457,19 @@ func TestRoundReportsNextAndMore(t *testing.T) {
 			want: []poller.RoundResult{{}},
 		},
 		{
-			name: "a full batch says More, the rest comes next", shards: 1, batch: 5,
+			name: "full batches go on, up to ChainedBatches of them", shards: 1, batch: 5,
 			adds: []add{{0, 7, 0}, {0, 1, 10 * time.Second}},
 			want: []poller.RoundResult{
-				{Claimed: 5, More: true, Next: t0},
-				{Claimed: 2, Next: t0.Add(10 * time.Second)},
+				{Claimed: 7, Next: t0.Add(10 * time.Second)},
+				{Next: t0.Add(10 * time.Second)},
+			},
+		},
+		{
+			name: "past ChainedBatches full batches, More says the rest comes next", shards: 1, batch: 2,
+			adds: []add{{0, 2*poller.ChainedBatches + 1, 0}, {0, 1, 10 * time.Second}},
+			want: []poller.RoundResult{
+				{Claimed: 2 * poller.ChainedBatches, More: true, Next: t0},
+				{Claimed: 1, Next: t0.Add(10 * time.Second)},
 				{Next: t0.Add(10 * time.Second)},
 			},
 		},
@@ -469,15 +477,15 @@ func TestRoundReportsNextAndMore(t *testing.T) {
 			name: "exactly one batch", shards: 1, batch: 5,
 			adds: []add{{0, 5, -time.Second}},
 			want: []poller.RoundResult{
-				{Claimed: 5, More: true},
+				{Claimed: 5},
 				{},
 			},
 		},
 		{
 			name: "Next is the earliest over shards, More if any shard is full", shards: 3, batch: 4,
-			adds: []add{{0, 1, 10 * time.Second}, {1, 1, 3 * time.Second}, {2, 6, 0}, {2, 1, 7 * time.Second}},
+			adds: []add{{0, 1, 10 * time.Second}, {1, 1, 3 * time.Second}, {2, 4*poller.ChainedBatches + 2, 0}, {2, 1, 7 * time.Second}},
 			want: []poller.RoundResult{
-				{Claimed: 4, More: true, Next: t0},
+				{Claimed: 4 * poller.ChainedBatches, More: true, Next: t0},
 				{Claimed: 2, Next: t0.Add(3 * time.Second)},
 			},
 		},
@@ -826,4 +834,56 @@ func TestRunRetriesRefusedJobsAfterRetryDelayNotInterval(t *testing.T) {
 		t.Fatalf("the refused job was not retried within 5s (RetryDelay %s): Run slept the whole %s interval", retryDelay, interval)
 	}
 	t.Logf("retried %s after the first dispatch", time.Since(start))
+}
+
+// TestChainedBatchesWithRefusals: a backlog worked through batch after batch
+// in one round, each ack travelling with the next claim, loses nothing when
+// some jobs are refused: the refused wait RetryDelay, the rest are acked,
+// whether a batch is acked whole (by its lease) or by ids.
+func TestChainedBatchesWithRefusals(t *testing.T) {
+	srv := newRedis(t)
+	ctx := context.Background()
+	q := newQueue(t, srv.Client(t), 1)
+	for i := range 10 {
+		if err := q.Add(ctx, 0, fmt.Sprintf("j%d", i), t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := clock.NewFake(t0.Add(time.Second))
+	rec := &recorder{refuse: func(j delayq.Job) bool { return j.ID == "j4" || j.ID == "j5" }}
+	p := newPoller(t, poller.Config{Queues: poller.Static(q), Dispatcher: rec, Clock: clk, Batch: 3, Ack: true,
+		RetryDelay: time.Minute})
+	got := round(t, p)
+	want := poller.RoundResult{Claimed: 10, Refused: 2, Next: clk.Now().Add(time.Minute)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("round (-want +got):\n%s", diff)
+	}
+	if got := len(rec.jobs()); got != 8 {
+		t.Fatalf("%d jobs handed over, want 8", got)
+	}
+	st, err := q.Stats(ctx, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything handed over is acked; the refused two wait.
+	if diff := cmp.Diff(delayq.Stats{Due: 2}, st); diff != "" {
+		t.Fatalf("stats (-want +got):\n%s", diff)
+	}
+	clk.Advance(time.Minute)
+	rec.refuse = nil
+	if got := round(t, p); got.Claimed != 2 || got.Refused != 0 {
+		t.Fatalf("second round: %+v", got)
+	}
+	if st, err := q.Stats(ctx, clk.Now()); err != nil || st != (delayq.Stats{}) {
+		t.Fatalf("queue after the refused came back: %+v %v", st, err)
+	}
+	seen := map[string]int{}
+	for _, j := range rec.jobs() {
+		seen[j.ID]++
+	}
+	for i := range 10 {
+		if id := fmt.Sprintf("j%d", i); seen[id] != 1 {
+			t.Errorf("%s handed over %d times", id, seen[id])
+		}
+	}
 }

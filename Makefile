@@ -25,7 +25,7 @@ TIMEOUT ?= 10
 # Fuzz targets, as package:Target; make test runs each for FUZZ_SHORT,
 # make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz/ and
 # stay there as regression cases.
-FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/seckill:FuzzParsePurchase \
+FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/seckill:FuzzParsePurchase ./shared/seckill:FuzzParseOrderJob \
   ./shared/seckill:FuzzParsePreheat ./shared/dispatch:FuzzDecodeJob ./shared/consumer:FuzzConsumerEvent \
   ./shared/payout:FuzzPayResponse ./shared/signature:FuzzVerify ./shared/httpapi:FuzzServe \
   ./shared/httpapi:FuzzRequestParts

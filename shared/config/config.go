@@ -89,8 +89,9 @@ type Config struct {
 	// before it moves the job to the dead set (SQS's maxReceiveCount).
 	MaxReceives int `env:"HOURGLASS_MAX_RECEIVES" envDefault:"10"`
 
-	// OrderBacklog bounds a flash-sale item's admitted purchases whose order
-	// is not made yet; past it purchases answer 429 backlog_full.
+	// OrderBacklog bounds a flash-sale item's order jobs waiting for the
+	// poller (admitted purchases whose order is not under way yet); past it
+	// purchases answer 429 backlog_full.
 	OrderBacklog int64 `env:"HOURGLASS_ORDER_BACKLOG" envDefault:"50000"`
 	// SoldOutMemory is how long a container refuses purchases of an item it
 	// saw sold out or ended without asking Redis.

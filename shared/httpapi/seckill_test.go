@@ -30,8 +30,12 @@ import (
 const fixtureItem = "phone-2026"
 
 // fixturePurchase is the purchase id of events/consumer-sqs-order.json; no
-// test ever makes it.
-const fixturePurchase = "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z"
+// test ever makes it. fixtureOrderJob is the fixture's job id: the purchase,
+// its quantity, its buyer's home shard and its buyer.
+const (
+	fixturePurchase = "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z"
+	fixtureOrderJob = fixturePurchase + "|1|0|" + fixtureUser
+)
 
 // The sale window of events/seckill-preheat.json.
 var (
@@ -333,7 +337,7 @@ func TestSeckillFixtures(t *testing.T) {
 		t.Log("the order job through the consumer")
 		jobs := s.makeOrders(t, fixtureItem, time.Now())
 		wantJob := delayq.Job{Kind: seckill.JobKind, Queue: seckill.QueueName(fixtureItem), Shard: 0,
-			ID: bought.PurchaseID, Due: parseTime(t, bought.CreatedAt).UnixMilli()}
+			ID: fmt.Sprintf("%s|%d|0|%s", bought.PurchaseID, bought.Quantity, fixtureUser), Due: parseTime(t, bought.CreatedAt).UnixMilli()}
 		if len(jobs) == 1 && jobs[0].Lease != 0 {
 			wantJob.Lease = jobs[0].Lease
 		}
@@ -401,7 +405,7 @@ func TestSeckillOrderFixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixture body: %v", err)
 	}
-	want := delayq.Job{Kind: seckill.JobKind, Queue: "sk:" + fixtureItem, Shard: 0, ID: fixturePurchase, Due: 1795946400000}
+	want := delayq.Job{Kind: seckill.JobKind, Queue: "sk:" + fixtureItem, Shard: 0, ID: fixtureOrderJob, Due: 1795946400000}
 	if diff := cmp.Diff(want, job); diff != "" {
 		t.Fatalf("fixture job (-want +got):\n%s", diff)
 	}
@@ -911,7 +915,8 @@ func TestSeckillOrdersPendingThenPreheat(t *testing.T) {
 		wantUnchanged(t, before, snapshot(t, s.rdb))
 
 		proc := seckill.NewOrderProcessor(s.app.Items, s.app.Orders, s.clk, s.app.Log)
-		if err := proc.Process(context.Background(), fixtureItem, 0, first.PurchaseID); err != nil {
+		job := fmt.Sprintf("%s|%d|0|%s", first.PurchaseID, first.Quantity, fixtureUser)
+		if err := proc.Process(context.Background(), fixtureItem, 0, job); err != nil {
 			t.Fatalf("order of %s: %v", first.PurchaseID, err)
 		}
 		if v := s.mine(t, fixtureItem, fixtureUser); v.Status != seckill.Confirmed || v.OrderID == nil || *v.OrderID != seckill.OrderID(first.PurchaseID) {

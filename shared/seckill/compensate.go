@@ -102,8 +102,8 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 	}
 	pending := int64(0)
 	for n, m := range metas {
-		pending += m.pending
-		if m.pending > 0 {
+		pending += m.pending()
+		if m.pending() > 0 {
 			if err := c.reserved(ctx, item, n, now, rep); err != nil {
 				return err
 			}
@@ -121,42 +121,97 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 	return nil
 }
 
-// reserved follows up overdue reserved purchases of shard n.
+// reserved follows up overdue reserved purchases of shard n: those with a
+// record (taken from another shard, or enqueued again before), then those
+// made there as their buyer's home shard, which have none.
 func (c *Compensation) reserved(ctx context.Context, item string, n int, now time.Time, rep *Report) error {
 	k := c.Store.keys(item, n)
 	before := now.Add(-c.ReservedTimeout)
-	var cursor uint64
-	for {
-		kv, next, err := c.Store.rdb.HScan(ctx, k.Purchases, cursor, "*", 500).Result()
-		if err != nil {
-			return err
-		}
+	err := c.scan(ctx, k.Purchases, func(kv []string) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			p, err := decodePurchase(item, n, kv[i], kv[i+1])
 			if err != nil || p.Status != Reserved || !p.CreatedAt.Before(before) {
 				continue
 			}
-			res, err := repairScript.Run(ctx, c.Store.rdb, []string{k.Meta, k.Purchases, k.Due, k.Inflight, k.Dead},
-				p.ID, now.UnixMilli(), c.MaxRequeues, before.UnixMilli()).Slice()
-			if err != nil {
+			if err := c.repair(ctx, item, n, jobOf(p), now, before, rep); err != nil {
 				return err
 			}
-			switch code, _ := res[0].(int64); code {
-			case 1:
-				rep.Requeued++
-				c.Log.Warn("order job of a reserved purchase was lost; enqueued again", "item_id", item, "purchase_id", p.ID)
-			case 2:
-				rep.Released++
-				c.Log.Error("purchase released: its order could not be made", "item_id", item, "purchase_id", p.ID)
-				if _, err := c.Store.unclaim(ctx, item, p.Home, p.UserID, p.ID, p.Quantity, false); err != nil {
-					return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.scan(ctx, k.Users, func(kv []string) error {
+		var overdue []orderJob
+		for i := 0; i+1 < len(kv); i += 2 {
+			for _, ref := range parseEntry(kv[i+1]) {
+				j := orderJob{pid: ref.pid, qty: ref.qty, home: n, user: kv[i]}
+				if ref.shard == n && !ref.released && j.created().Before(before) {
+					overdue = append(overdue, j)
 				}
 			}
+		}
+		if len(overdue) == 0 {
+			return nil
+		}
+		pids := make([]string, len(overdue))
+		for i, j := range overdue {
+			pids[i] = j.pid
+		}
+		recs, err := c.Store.rdb.HMGet(ctx, k.Purchases, pids...).Result()
+		if err != nil {
+			return err
+		}
+		for i, j := range overdue {
+			if recs[i] != nil {
+				continue // it has a record: the first pass saw it
+			}
+			if err := c.repair(ctx, item, n, j, now, before, rep); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scan runs fn over a hash, 500 fields at a time.
+func (c *Compensation) scan(ctx context.Context, key string, fn func(kv []string) error) error {
+	var cursor uint64
+	for {
+		kv, next, err := c.Store.rdb.HScan(ctx, key, cursor, "*", 500).Result()
+		if err != nil {
+			return err
+		}
+		if err := fn(kv); err != nil {
+			return err
 		}
 		if cursor = next; cursor == 0 {
 			return nil
 		}
 	}
+}
+
+// repair follows up one overdue reserved purchase of shard n.
+func (c *Compensation) repair(ctx context.Context, item string, n int, j orderJob, now, before time.Time, rep *Report) error {
+	k := c.Store.keys(item, n)
+	res, err := repairScript.Run(ctx, c.Store.rdb, []string{k.Meta, k.Purchases, k.Due, k.Inflight, k.Dead, k.Users},
+		j.pid, now.UnixMilli(), c.MaxRequeues, before.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n, j.String()).Slice()
+	if err != nil {
+		return err
+	}
+	switch code, _ := res[0].(int64); code {
+	case 1:
+		rep.Requeued++
+		c.Log.Warn("order job of a reserved purchase was lost; enqueued again", "item_id", item, "purchase_id", j.pid)
+	case 2:
+		rep.Released++
+		c.Log.Error("purchase released: its order could not be made", "item_id", item, "purchase_id", j.pid)
+		if _, err := c.Store.unclaim(ctx, item, j.home, j.user, j.pid, j.qty, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // holds ends the holds of home shard n whose deadline passed HoldGrace ago.

@@ -86,3 +86,38 @@ func FuzzParsePreheat(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseOrderJob: an order job id from a queue message either is refused
+// with ErrBadOrderJob or names one purchase in exactly the form the store
+// writes, so the job it names is the one in the queue.
+func FuzzParseOrderJob(f *testing.F) {
+	for _, s := range []string{
+		"pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|1|0|user-123", "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|100|63|a|b",
+		"pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|+1|0|u", "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|01|0|u",
+		"pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|1|-1|u", "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|0|0|u",
+		"pu_x|1|0|u", "pu_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z|1|0|", "", "|||",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		j, err := parseOrderJob(id)
+		if err != nil {
+			if !errors.Is(err, ErrBadOrderJob) {
+				t.Fatalf("refusal %v is not ErrBadOrderJob", err)
+			}
+			return
+		}
+		switch {
+		case j.String() != id:
+			t.Fatalf("%q parsed as %q", id, j.String())
+		case j.qty < 1 || j.qty > MaxPerUserLimit || j.home < 0 || j.home >= MaxShards || j.user == "":
+			t.Fatalf("%q accepted as %+v", id, j)
+		case j.created().IsZero():
+			t.Fatalf("%q accepted without a purchase time", id)
+		}
+		p := Purchase{ID: j.pid, Quantity: j.qty, Home: j.home, UserID: j.user}
+		if OrderJobID(p) != id {
+			t.Fatalf("OrderJobID of %+v is %q, want %q", p, OrderJobID(p), id)
+		}
+	})
+}

@@ -5,26 +5,37 @@ import (
 )
 
 // An item shard's keys share the hash tag of the item's order-queue shard,
-// "<prefix>{dq:sk:<item>:<n>}", so admission (stock, buyers, purchase and the
-// order job) is one script on one slot:
+// "<prefix>{dq:sk:<item>:<n>}", so admission (stock, buyer and the order job)
+// is one script on one slot:
 //
-//	<tag>:meta       hash: version, starts, ends, limit, shards, stock, left,
-//	                 pending (orders not made yet), confirmed, released (units
-//	                 admitted are stock - left + released)
-//	<tag>:users      hash: user -> "<quantity>|<pid>@<shard>,..." (home shard only)
-//	<tag>:purchases  hash: purchase id -> record (see decodePurchase)
+//	<tag>:meta       hash: version, starts, ends, limit, shards, stock,
+//	                 left:<version> (the stock left under that version),
+//	                 confirmed, released (units admitted are
+//	                 stock - left + released; units waiting for their order
+//	                 stock - left - confirmed)
+//	<tag>:users      hash: user -> "<quantity>|<pid>@<shard>:<quantity>[!],..."
+//	                 (home shard only; shard "-" while held, "!" once released)
+//	<tag>:purchases  hash: purchase id -> record (see decodePurchase): the
+//	                 purchases settled, re-enqueued or taken from another
+//	                 shard; one made on its buyer's home shard has none while
+//	                 it is reserved (its buyer's entry and order job say it all)
 //	<tag>:holds      sorted set: "<pid>|<quantity>|<user>" by deadline (home only)
-//	<tag>:due, :inflight, :dead   the order queue shard (package delayq)
+//	<tag>:due, :inflight, :dead   the order queue shard (package delayq); an
+//	                 order job is "<pid>|<quantity>|<home>|<user>"
 //
 // The registry (one key, outside any item's slot) lists the items and their
 // shard counts: <prefix>seckill:items, hash item -> shards.
 type shardKeys struct {
 	delayq.Keys
 	Meta, Users, Purchases, Holds string
+	// admit is the admit script's keys, built once.
+	admit []string
 }
 
 func newShardKeys(k delayq.Keys) shardKeys {
-	return shardKeys{Keys: k, Meta: k.Key("meta"), Users: k.Key("users"), Purchases: k.Key("purchases"), Holds: k.Key("holds")}
+	s := shardKeys{Keys: k, Meta: k.Key("meta"), Users: k.Key("users"), Purchases: k.Key("purchases"), Holds: k.Key("holds")}
+	s.admit = []string{s.Meta, s.Users, s.Holds, s.Due}
+	return s
 }
 
 func registryKey(prefix string) string { return prefix + "seckill:items" }

@@ -48,13 +48,19 @@ func NewOrderProcessor(store *Store, ledger OrderLedger, clk clock.Clock, log *s
 	return &OrderProcessor{store: store, ledger: ledger, clock: clk, log: log}
 }
 
-// Process makes the order of purchase pid of an item's shard: the order goes
-// into the ledger, then the purchase is confirmed with its id. If the order
+// Process makes the order of order job jobID (see OrderJobID) of an item's
+// shard: the order goes into the ledger, then the purchase is confirmed with
+// its id. If the order
 // can never be made, the purchase is released and its stock and the buyer's
 // limit given back. Safe under duplicate deliveries: each step is
 // idempotent. A nil error means the delivery is done with.
-func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, pid string) error {
-	pur, err := p.store.Purchase(ctx, item, shard, pid)
+func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jobID string) error {
+	job, err := parseOrderJob(jobID)
+	if err != nil {
+		return err // to the dead-letter queue, where an operator sees it
+	}
+	pid := job.pid
+	pur, err := p.store.purchase(ctx, item, shard, job)
 	if errors.Is(err, ErrNoPurchase) {
 		p.log.Warn("order job for a purchase that no longer exists (item preheated again)", "item_id", item, "purchase_id", pid)
 		return nil
@@ -77,7 +83,7 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, pi
 		p.log.Error("order cannot be made; releasing the purchase", "item_id", item, "purchase_id", pid, "error", err.Error())
 		return p.release(ctx, pur)
 	}
-	_, done, err := p.store.settleOrder(ctx, item, shard, pid, Confirmed, order.ID, p.clock.Now())
+	_, done, err := p.store.settleOrder(ctx, item, shard, job, Confirmed, order.ID, p.clock.Now())
 	if err != nil && !errors.Is(err, ErrNoPurchase) {
 		return err
 	}
@@ -90,7 +96,7 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, pi
 // release ends a reserved purchase as released: its stock goes back to its
 // shard, its quantity back to the buyer's limit.
 func (p *OrderProcessor) release(ctx context.Context, pur Purchase) error {
-	got, done, err := p.store.settleOrder(ctx, pur.ItemID, pur.Shard, pur.ID, Released, "", p.clock.Now())
+	got, done, err := p.store.settleOrder(ctx, pur.ItemID, pur.Shard, jobOf(pur), Released, "", p.clock.Now())
 	if errors.Is(err, ErrNoPurchase) {
 		return nil
 	}

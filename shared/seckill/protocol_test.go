@@ -190,7 +190,7 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 		k := e.store.keys("phone", 0)
 		lose := func() {
 			t.Helper()
-			if err := b.Client.ZRem(ctx, k.Due, p.ID).Err(); err != nil {
+			if err := b.Client.ZRem(ctx, k.Due, OrderJobID(p)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -205,7 +205,7 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 			if err != nil || rep.Requeued != 1 {
 				t.Fatalf("pass %d: %+v %v", i, rep, err)
 			}
-			if sc, err := b.Client.ZScore(ctx, k.Due, p.ID).Result(); err != nil || sc == 0 {
+			if sc, err := b.Client.ZScore(ctx, k.Due, OrderJobID(p)).Result(); err != nil || sc == 0 {
 				t.Fatalf("job not enqueued again: %v", err)
 			}
 			// A job that is scheduled is on its way: the pass leaves it.
@@ -244,7 +244,7 @@ func TestDeadOrderJobIsRepaired(t *testing.T) {
 		if err != nil || len(c.Jobs) != 1 {
 			t.Fatalf("claim %v %v", c, err)
 		}
-		if err := q.Kill(ctx, 0, p.ID, c.Lease, e.clock.Now()); err != nil {
+		if err := q.Kill(ctx, 0, OrderJobID(p), c.Lease, e.clock.Now()); err != nil {
 			t.Fatal(err)
 		}
 		e.clock.Advance(DefaultReservedTimeout + time.Second)
@@ -255,6 +255,91 @@ func TestDeadOrderJobIsRepaired(t *testing.T) {
 		st, err := q.Stats(ctx, e.clock.Now())
 		if err != nil || st.Dead != 0 || st.Due != 1 {
 			t.Fatalf("queue after repair: %+v %v", st, err)
+		}
+	})
+}
+
+// TestAdmissionUnderAnotherVersion: an attempt made with the settings of an
+// item version that is gone (the item was preheated since) or that never was
+// (no such item) tries the four-command path, finds no stock under its
+// version's field, undoes its step and is refused with nothing left behind.
+func TestAdmissionUnderAnotherVersion(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newProtoEnv(t, b, 5, 1)
+		old := e.attempt("alice", 1)
+		e.clock.Advance(time.Second) // the new version is the preheat's time
+		if _, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":7,"ends_at":"2026-11-29T11:00:00Z"}`)); err != nil {
+			t.Fatal(err)
+		}
+		newVersion := e.version(t, ctx)
+		if newVersion == old.version {
+			t.Fatal("preheat kept the version")
+		}
+		res, err := e.store.admit(ctx, old)
+		if err != nil || res.code != codeStale || res.version != newVersion {
+			t.Fatalf("admit under the old version: %+v %v; want code %d with version %d", res, err, codeStale, newVersion)
+		}
+		meta, err := b.Client.HGetAll(ctx, e.store.keys("phone", 0).Meta).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := meta[leftField(old.version)]; ok {
+			t.Errorf("the old version's stock field was left behind: %q", v)
+		}
+		if meta[leftField(newVersion)] != "7" {
+			t.Errorf("stock under the new version = %q, want 7", meta[leftField(newVersion)])
+		}
+		if n, err := b.Client.HLen(ctx, e.store.keys("phone", 0).Users).Result(); err != nil || n != 0 {
+			t.Errorf("buyers after a refused attempt: %d %v", n, err)
+		}
+
+		// The service retries with fresh settings: admitted under the new version.
+		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := e.store.Stats(ctx); st["phone"].StockLeft != 6 || st["phone"].Admitted != 1 {
+			t.Fatalf("stats %+v", st["phone"])
+		}
+
+		// An item nobody preheated: refused, and no key is made.
+		ghost := old
+		ghost.item = "ghost"
+		if res, err := e.store.admit(ctx, ghost); err != nil || res.code != codeUnknown {
+			t.Fatalf("admit of an unknown item: %+v %v", res, err)
+		}
+		if n, err := b.Client.Exists(ctx, e.store.keys("ghost", 0).Meta, e.store.keys("ghost", 0).Users).Result(); err != nil || n != 0 {
+			t.Fatalf("an unknown item's attempt left %d keys (%v)", n, err)
+		}
+
+		// A purchase made on its buyer's home shard has no record while it
+		// is reserved; what the buyer's entry and its job say is exact.
+		if n, err := b.Client.HLen(ctx, e.store.keys("phone", 0).Purchases).Result(); err != nil || n != 0 {
+			t.Fatalf("records of reserved purchases: %d %v", n, err)
+		}
+		got, err := e.store.Purchase(ctx, "phone", 0, OrderJobID(p))
+		if err != nil || got != p {
+			t.Fatalf("reserved purchase read back:\n got %+v %v\nwant %+v", got, err, p)
+		}
+		mine, err := e.svc.Mine(ctx, "phone", "alice")
+		if err != nil || mine != p {
+			t.Fatalf("Mine:\n got %+v %v\nwant %+v", mine, err, p)
+		}
+		// A job that does not match the buyer's entry finds no purchase.
+		for _, j := range []orderJob{
+			{pid: p.ID, qty: 2, home: 0, user: "alice"},
+			{pid: p.ID, qty: 1, home: 0, user: "bob"},
+			{pid: NewPurchaseID(e.clock.Now()), qty: 1, home: 0, user: "alice"},
+		} {
+			if _, err := e.store.Purchase(ctx, "phone", 0, j.String()); !errors.Is(err, ErrNoPurchase) {
+				t.Errorf("job %s: %v, want ErrNoPurchase", j, err)
+			}
+		}
+		for _, bad := range []string{p.ID, "", "x|1|0|alice", p.ID + "|0|0|alice", p.ID + "|1|-1|alice", p.ID + "|1|0|"} {
+			if _, err := e.store.Purchase(ctx, "phone", 0, bad); !errors.Is(err, ErrBadOrderJob) {
+				t.Errorf("job %q: %v, want ErrBadOrderJob", bad, err)
+			}
 		}
 	})
 }

@@ -126,6 +126,8 @@ var (
 	// ErrOrdersPending: a preheat would drop admitted purchases whose order
 	// is not made yet.
 	ErrOrdersPending = errors.New("seckill: admitted purchases still wait for their orders")
+	// ErrBadOrderJob: an order job id this version cannot read.
+	ErrBadOrderJob = errors.New("seckill: unreadable order job")
 	// ErrPermanent marks an order that can never be created.
 	ErrPermanent = errors.New("seckill: order refused")
 )

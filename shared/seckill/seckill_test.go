@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -119,11 +120,19 @@ func (e *env) pending(t testing.TB, item string, shards int) int64 {
 	t.Helper()
 	var total int64
 	for n := range shards {
-		v, err := e.rdb.HGet(context.Background(), delayq.KeysOf("hg:", seckill.QueueName(item), n).Key("meta"), "pending").Int64()
+		// Units waiting for their order: out of the stock, not confirmed.
+		m, err := e.rdb.HGetAll(context.Background(), delayq.KeysOf("hg:", seckill.QueueName(item), n).Key("meta")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		total += v
+		num := func(f string) int64 {
+			v, err := strconv.ParseInt(m[f], 10, 64)
+			if err != nil {
+				t.Fatalf("meta %s=%q: %v", f, m[f], err)
+			}
+			return v
+		}
+		total += num("stock") - num("left:"+m["version"]) - num("confirmed")
 	}
 	return total
 }
@@ -233,11 +242,18 @@ func TestBacklogLimit(t *testing.T) {
 		if st := e.stats(t, "phone"); st.StockLeft != 8 {
 			t.Fatalf("a refused purchase took stock: %+v", st)
 		}
-		if err := e.proc.Process(ctx, "phone", first.Shard, first.ID); err != nil {
+		// The backlog is the order jobs waiting for the poller: once it has
+		// handed one over, there is room again.
+		q, err := e.store.Queue("phone", 1)
+		if err != nil {
 			t.Fatal(err)
 		}
+		c, err := q.Claim(ctx, first.Shard, e.clock.Now(), time.Minute, 1)
+		if err != nil || len(c.Jobs) != 1 || c.Jobs[0].ID != seckill.OrderJobID(first) {
+			t.Fatalf("claim: %+v %v", c, err)
+		}
 		if _, err := e.buy("phone", "u3", 1); err != nil {
-			t.Fatalf("after an order was made: %v", err)
+			t.Fatalf("after an order job was handed over: %v", err)
 		}
 	})
 }
@@ -258,7 +274,7 @@ func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 		if st := e.stats(t, "phone"); st.StockLeft != 1 || st.Admitted != 1 {
 			t.Fatalf("refused preheat changed the sale: %+v", st)
 		}
-		if err := e.proc.Process(ctx, "phone", p.Shard, p.ID); err != nil {
+		if err := e.proc.Process(ctx, "phone", p.Shard, seckill.OrderJobID(p)); err != nil {
 			t.Fatal(err)
 		}
 		st, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":5,"shards":2,"ends_at":"2026-11-29T12:00:00Z"}`))
@@ -310,7 +326,7 @@ func TestSoldOutMemory(t *testing.T) {
 	// A preheat elsewhere (another container) is seen once memory expires.
 	other := newEnv(t, s.Client(t), seckill.Config{})
 	other.clock.Set(e.clock.Now())
-	if err := e.proc.Process(ctx, "phone", 0, mustMine(t, e, "phone", "alice").ID); err != nil {
+	if err := e.proc.Process(ctx, "phone", 0, seckill.OrderJobID(mustMine(t, e, "phone", "alice"))); err != nil {
 		t.Fatal(err)
 	}
 	other.preheat(t, "phone", 5, 1, 1)
@@ -421,7 +437,7 @@ func TestOrdersConfirmOrRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 3 { // duplicate deliveries make one order
-			if err := e.proc.Process(ctx, "phone", p.Shard, p.ID); err != nil {
+			if err := e.proc.Process(ctx, "phone", p.Shard, seckill.OrderJobID(p)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -446,7 +462,7 @@ func TestOrdersConfirmOrRelease(t *testing.T) {
 			t.Fatalf("carol before the release: %v", err)
 		}
 		for range 2 {
-			if err := bad.Process(ctx, "phone", q.Shard, q.ID); err != nil {
+			if err := bad.Process(ctx, "phone", q.Shard, seckill.OrderJobID(q)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -550,6 +566,51 @@ func TestOneUserFiftyConcurrentPurchases(t *testing.T) {
 		}
 		if st := e.stats(t, "phone"); st.StockLeft != 99 {
 			t.Fatalf("stock left %d", st.StockLeft)
+		}
+	})
+}
+
+// TestOrderJobOfAnEarlierSale: a job delivered after its item was preheated
+// again (its purchase is gone) makes no order; an unreadable job is an error
+// (the message goes to the dead-letter queue, where an operator sees it).
+func TestOrderJobOfAnEarlierSale(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b.Client, seckill.Config{})
+		e.preheat(t, "phone", 2, 1, 1)
+		p, err := e.buy("phone", "alice", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := seckill.OrderJobID(p)
+		if err := e.proc.Process(ctx, "phone", p.Shard, job); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(time.Second)
+		e.preheat(t, "phone", 2, 1, 1)
+		// The same job again (SQS delivers at least once), now that the sale
+		// it belongs to is gone: nothing is made, nothing is confirmed.
+		if err := e.proc.Process(ctx, "phone", p.Shard, job); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.stats(t, "phone"); st.Confirmed != 0 || st.Admitted != 0 || st.StockLeft != 2 {
+			t.Fatalf("stats after a stale job: %+v", st)
+		}
+		q, err := e.buy("phone", "bob", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// bob's job names bob: a job naming alice with bob's purchase id
+		// finds nothing, and makes nothing.
+		forged := q.ID + "|1|0|alice"
+		if err := e.proc.Process(ctx, "phone", q.Shard, forged); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustMine(t, e, "phone", "bob"); got.Status != seckill.Reserved {
+			t.Fatalf("bob's purchase after a job naming alice: %+v", got)
+		}
+		if err := e.proc.Process(ctx, "phone", q.Shard, q.ID); !errors.Is(err, seckill.ErrBadOrderJob) {
+			t.Fatalf("a job id that is only a purchase id: %v", err)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 
 // Defaults of a Service.
 const (
-	// DefaultBacklog bounds an item's orders admitted but not yet made.
+	// DefaultBacklog bounds an item's order jobs waiting for the poller.
 	DefaultBacklog = 50_000
 	// DefaultHold is how long a buyer's limit may be held while stock is
 	// taken from another shard; takes after it are refused.
@@ -35,8 +36,9 @@ type Config struct {
 	Store  *Store
 	Clock  clock.Clock
 	Logger *slog.Logger
-	// Backlog bounds an item's pending orders (split evenly over its shards);
-	// past it, purchases are refused with ErrBacklogFull.
+	// Backlog bounds an item's order jobs waiting for the poller (split
+	// evenly over its shards); past it, purchases are refused with
+	// ErrBacklogFull.
 	Backlog int64
 	Hold    time.Duration
 	// Memory is how long a container trusts what it saw (sold out, ended)
@@ -104,6 +106,16 @@ func NewService(cfg Config) (*Service, error) {
 // NewPurchaseID returns a new purchase id; ids sort by creation time.
 func NewPurchaseID(now time.Time) string {
 	return "pu_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+}
+
+// purchaseTime is when purchase id pid was made, to the millisecond; the
+// zero time if pid is not one of ours.
+func purchaseTime(pid string) time.Time {
+	id, err := ulid.ParseStrict(strings.TrimPrefix(pid, "pu_"))
+	if err != nil {
+		return time.Time{}
+	}
+	return ulid.Time(id.Time()).UTC()
 }
 
 // OrderID is the id of the order made for a purchase: derived from it, so
@@ -192,7 +204,7 @@ func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (Stat
 			return State{}, err
 		}
 		for _, m := range metas {
-			if ok && m.pending > 0 {
+			if ok && m.pending() > 0 {
 				return State{}, ErrOrdersPending
 			}
 			if m.version >= it.Version {
@@ -450,7 +462,8 @@ func (s *Service) Mine(ctx context.Context, itemID, userID string) (Purchase, er
 	if set.version == 0 {
 		return Purchase{}, ErrNotFound
 	}
-	refs, err := s.cfg.Store.userPurchases(ctx, itemID, delayq.ShardOf(userID, set.shards), userID)
+	home := delayq.ShardOf(userID, set.shards)
+	refs, err := s.cfg.Store.userPurchases(ctx, itemID, home, userID)
 	if err != nil {
 		return Purchase{}, err
 	}
@@ -458,7 +471,7 @@ func (s *Service) Mine(ctx context.Context, itemID, userID string) (Purchase, er
 		if refs[i].shard < 0 {
 			continue // still being taken from another shard
 		}
-		return s.cfg.Store.Purchase(ctx, itemID, refs[i].shard, refs[i].pid)
+		return s.cfg.Store.purchase(ctx, itemID, refs[i].shard, orderJob{pid: refs[i].pid, qty: refs[i].qty, home: home, user: userID})
 	}
 	return Purchase{}, ErrNoPurchase
 }

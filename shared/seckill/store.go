@@ -134,27 +134,31 @@ func (s *Store) Items(ctx context.Context) (map[string]int, error) {
 
 // shardMeta is one shard's meta hash.
 type shardMeta struct {
-	version                                  int64
-	shards                                   int
-	starts, ends                             time.Time
-	limit                                    int
-	stock, left, pending, confirmd, released int64
+	version                         int64
+	shards                          int
+	starts, ends                    time.Time
+	limit                           int
+	stock, left, confirmd, released int64
 }
 
 // admitted is the units admitted: every unit that left the stock, less
 // those released back to it.
 func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released }
 
-var metaFields = []string{"version", "shards", "starts", "ends", "limit", "stock", "left", "pending", "confirmed", "released"}
+// pending is the units admitted whose order is not made yet: those that left
+// the stock and were not confirmed.
+func (m shardMeta) pending() int64 { return m.stock - m.left - m.confirmd }
+
+// leftField is the meta field of the stock left under an item version.
+func leftField(version int64) string { return "left:" + strconv.FormatInt(version, 10) }
 
 // metas reads the meta of every shard of item, in one pipelined round trip.
 // A shard without meta gives ok=false.
 func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta, bool, error) {
-	cmds := make([]*redis.SliceCmd, shards)
+	cmds := make([]*redis.MapStringStringCmd, shards)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n := range shards {
-			k := s.keys(item, n)
-			cmds[n] = p.HMGet(ctx, k.Meta, metaFields...)
+			cmds[n] = p.HGetAll(ctx, s.keys(item, n).Meta)
 		}
 		return nil
 	})
@@ -163,18 +167,19 @@ func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta
 	}
 	out := make([]shardMeta, shards)
 	for n, c := range cmds {
-		vals := c.Val()
-		if len(vals) != len(metaFields) || vals[0] == nil {
+		m := c.Val()
+		if m["version"] == "" {
 			return nil, false, nil
 		}
-		num := func(i int) int64 {
-			str, _ := vals[i].(string)
-			v, _ := strconv.ParseInt(str, 10, 64)
+		num := func(f string) int64 {
+			v, _ := strconv.ParseInt(m[f], 10, 64)
 			return v
 		}
+		version := num("version")
 		out[n] = shardMeta{
-			version: num(0), shards: int(num(1)), starts: time.UnixMilli(num(2)).UTC(), ends: time.UnixMilli(num(3)).UTC(),
-			limit: int(num(4)), stock: num(5), left: num(6), pending: num(7), confirmd: num(8), released: num(9),
+			version: version, shards: int(num("shards")), starts: time.UnixMilli(num("starts")).UTC(),
+			ends: time.UnixMilli(num("ends")).UTC(), limit: int(num("limit")), stock: num("stock"),
+			left: num(leftField(version)), confirmd: num("confirmed"), released: num("released"),
 		}
 	}
 	return out, true, nil
@@ -235,21 +240,39 @@ type attempt struct {
 	limit        int
 }
 
+// job is the order job of the attempt's purchase.
+func (a attempt) job() orderJob { return orderJob{pid: a.pid, qty: a.qty, home: a.home, user: a.user} }
+
 func (s *Store) admit(ctx context.Context, a attempt) (admission, error) {
 	k := s.keys(a.item, a.home)
-	res, err := admitScript.Run(ctx, s.rdb, []string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due},
-		a.user, a.qty, a.now.UnixMilli(), a.pid, a.version, a.backlog, a.holdUntil.UnixMilli(), a.home,
-		a.starts.UnixMilli(), a.ends.UnixMilli(), a.limit, a.shards).Slice()
+	// The caller's settings decide whether the four-command path may be
+	// tried; the script checks them again on any other path.
+	fast := "0"
+	if !a.now.Before(a.starts) && a.now.Before(a.ends) && a.qty <= a.limit {
+		fast = "1"
+	}
+	qty, home := strconv.Itoa(a.qty), strconv.Itoa(a.home)
+	res, err := admitScript.Run(ctx, s.rdb, k.admit,
+		a.user, qty, a.now.UnixMilli(), a.pid, leftField(a.version), a.backlog, a.holdUntil.UnixMilli(), home,
+		a.starts.UnixMilli(), a.ends.UnixMilli(), a.limit, a.shards, fast, a.job().String(),
+		qty+"|"+a.pid+"@"+home+":"+qty).Result()
 	if err != nil {
 		return admission{}, fmt.Errorf("seckill: admit on %s: %w", k.Tag, err)
 	}
-	return decodeAdmission(res, true)
+	switch res := res.(type) {
+	case int64:
+		return admission{code: codeAdmitted, version: a.version, extra: res}, nil
+	case []any:
+		return decodeAdmission(res, true)
+	}
+	return admission{}, fmt.Errorf("seckill: admit on %s: unexpected answer %v", k.Tag, res)
 }
 
 func (s *Store) take(ctx context.Context, a attempt, n int) (admission, error) {
 	k := s.keys(a.item, n)
 	res, err := takeScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Due},
-		a.user, a.qty, a.now.UnixMilli(), a.pid, a.backlog, a.holdUntil.UnixMilli(), a.home, a.version).Slice()
+		a.user, a.qty, a.now.UnixMilli(), a.pid, a.backlog, a.holdUntil.UnixMilli(), a.home, a.version,
+		a.job().String()).Slice()
 	if err != nil {
 		return admission{}, fmt.Errorf("seckill: take on %s: %w", k.Tag, err)
 	}
@@ -284,33 +307,59 @@ func (s *Store) unclaim(ctx context.Context, item string, home int, user, pid st
 	return n == 1, nil
 }
 
-// Purchase reads a purchase record of shard n.
-func (s *Store) Purchase(ctx context.Context, item string, n int, pid string) (Purchase, error) {
-	k := s.keys(item, n)
-	rec, err := s.rdb.HGet(ctx, k.Purchases, pid).Result()
-	if errors.Is(err, redis.Nil) {
-		return Purchase{}, ErrNoPurchase
-	}
+// Purchase reads the purchase of order job jobID of an item's shard n.
+func (s *Store) Purchase(ctx context.Context, item string, n int, jobID string) (Purchase, error) {
+	j, err := parseOrderJob(jobID)
 	if err != nil {
-		return Purchase{}, fmt.Errorf("seckill: read purchase %s: %w", pid, err)
+		return Purchase{}, err
 	}
-	return decodePurchase(item, n, pid, rec)
+	return s.purchase(ctx, item, n, j)
+}
+
+// purchase reads purchase j of shard n: its record, or, for a purchase made
+// on its buyer's home shard and still reserved (it has no record), what the
+// buyer's entry and the job say of it.
+func (s *Store) purchase(ctx context.Context, item string, n int, j orderJob) (Purchase, error) {
+	k := s.keys(item, n)
+	var rec, entry *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rec = p.HGet(ctx, k.Purchases, j.pid)
+		if n == j.home {
+			entry = p.HGet(ctx, k.Users, j.user)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Purchase{}, fmt.Errorf("seckill: read purchase %s: %w", j.pid, err)
+	}
+	if r, err := rec.Result(); err == nil {
+		return decodePurchase(item, n, j.pid, r)
+	}
+	if entry != nil {
+		for _, ref := range parseEntry(entry.Val()) {
+			if ref.pid == j.pid && ref.shard == n && ref.qty == j.qty && !ref.released {
+				return j.reserved(item), nil
+			}
+		}
+	}
+	return Purchase{}, ErrNoPurchase
 }
 
 // settleOrder ends a reserved purchase as confirmed (with orderID) or
 // released. It reports whether this call ended it, and the record after.
-func (s *Store) settleOrder(ctx context.Context, item string, n int, pid string, to PurchaseStatus, orderID string, now time.Time) (Purchase, bool, error) {
+func (s *Store) settleOrder(ctx context.Context, item string, n int, j orderJob, to PurchaseStatus, orderID string, now time.Time) (Purchase, bool, error) {
 	k := s.keys(item, n)
-	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases}, pid, string(to), orderID, now.UnixMilli()).Slice()
+	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Users},
+		j.pid, string(to), orderID, now.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n).Slice()
 	if err != nil {
-		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, pid, err)
+		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
 	}
 	code, _ := res[0].(int64)
 	if code == 0 {
 		return Purchase{}, false, ErrNoPurchase
 	}
 	rec, _ := res[1].(string)
-	p, err := decodePurchase(item, n, pid, rec)
+	p, err := decodePurchase(item, n, j.pid, rec)
 	return p, code == 1, err
 }
 
@@ -335,8 +384,8 @@ func decodePurchase(item string, shard int, pid, rec string) (Purchase, error) {
 	}, nil
 }
 
-// userPurchases returns the user's purchases from the home shard's list, in
-// the order made: where each lives (-1 while held).
+// userPurchases returns the user's purchases from the home shard's entry,
+// in the order made.
 func (s *Store) userPurchases(ctx context.Context, item string, home int, user string) ([]purchaseRef, error) {
 	k := s.keys(item, home)
 	entry, err := s.rdb.HGet(ctx, k.Users, user).Result()
@@ -346,25 +395,83 @@ func (s *Store) userPurchases(ctx context.Context, item string, home int, user s
 	if err != nil {
 		return nil, fmt.Errorf("seckill: read buyer: %w", err)
 	}
+	return parseEntry(entry), nil
+}
+
+// purchaseRef is one purchase of a buyer's entry: "<pid>@<shard>:<quantity>",
+// "-" for the shard while held (shard -1 here), "!" at the end once released.
+type purchaseRef struct {
+	pid      string
+	shard    int
+	qty      int
+	released bool
+}
+
+// parseEntry reads a buyer's entry, "<total>|<purchase>,<purchase>...".
+func parseEntry(entry string) []purchaseRef {
 	_, list, _ := strings.Cut(entry, "|")
 	var refs []purchaseRef
-	for _, it := range strings.Split(list, ",") {
-		pid, at, ok := strings.Cut(it, "@")
+	for it := range strings.SplitSeq(list, ",") {
+		pid, rest, ok := strings.Cut(it, "@")
 		if !ok {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSuffix(at, "!"))
-		if err != nil {
-			n = -1 // held: its stock is being taken elsewhere
+		at, q, _ := strings.Cut(rest, ":")
+		ref := purchaseRef{pid: pid, shard: -1}
+		q, ref.released = strings.CutSuffix(q, "!")
+		if n, err := strconv.Atoi(at); err == nil {
+			ref.shard = n
 		}
-		refs = append(refs, purchaseRef{pid: pid, shard: n})
+		ref.qty, _ = strconv.Atoi(q)
+		refs = append(refs, ref)
 	}
-	return refs, nil
+	return refs
 }
 
-type purchaseRef struct {
-	pid   string
-	shard int
+// orderJob is the id of an order job, "<pid>|<quantity>|<home>|<user>": what
+// the consumer needs to find a purchase that has no record yet.
+type orderJob struct {
+	pid  string
+	qty  int
+	home int
+	user string
+}
+
+func (j orderJob) String() string {
+	return j.pid + "|" + strconv.Itoa(j.qty) + "|" + strconv.Itoa(j.home) + "|" + j.user
+}
+
+// created is when the purchase was admitted: its id holds the time.
+func (j orderJob) created() time.Time { return purchaseTime(j.pid) }
+
+// reserved is the purchase as it stands before its order is made.
+func (j orderJob) reserved(item string) Purchase {
+	at := j.created()
+	return Purchase{ID: j.pid, ItemID: item, UserID: j.user, Quantity: j.qty, Status: Reserved,
+		Shard: j.home, Home: j.home, CreatedAt: at, UpdatedAt: at}
+}
+
+func parseOrderJob(id string) (orderJob, error) {
+	f := strings.SplitN(id, "|", 4)
+	if len(f) == 4 {
+		qty, err1 := strconv.Atoi(f[1])
+		home, err2 := strconv.Atoi(f[2])
+		j := orderJob{pid: f[0], qty: qty, home: home, user: f[3]}
+		// Only the form jobOf writes is one: "+1" or "01" would name a job
+		// that is not in the queue.
+		if err1 == nil && err2 == nil && qty > 0 && qty <= MaxPerUserLimit && home >= 0 && home < MaxShards &&
+			!purchaseTime(f[0]).IsZero() && f[3] != "" && j.String() == id {
+			return j, nil
+		}
+	}
+	return orderJob{}, fmt.Errorf("%w: order job %q", ErrBadOrderJob, id)
+}
+
+// OrderJobID is the id of the order job of p.
+func OrderJobID(p Purchase) string { return jobOf(p).String() }
+
+func jobOf(p Purchase) orderJob {
+	return orderJob{pid: p.ID, qty: p.Quantity, home: p.Home, user: p.UserID}
 }
 
 // preheatShard resets shard n of item (it.Shards 0 drops the shard). It returns false
@@ -416,6 +523,38 @@ func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
 			st.Confirmed += m.confirmd
 		}
 		out[item] = st
+	}
+	return out, nil
+}
+
+// Purchases returns every purchase of an item with shards shards, from its
+// buyers' entries (a purchase whose stock is still being taken from another
+// shard is left out).
+func (s *Store) Purchases(ctx context.Context, item string, shards int) ([]Purchase, error) {
+	var out []Purchase
+	for home := range shards {
+		var cursor uint64
+		for {
+			kv, next, err := s.rdb.HScan(ctx, s.keys(item, home).Users, cursor, "*", 500).Result()
+			if err != nil {
+				return nil, fmt.Errorf("seckill: list buyers of %s: %w", item, err)
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				for _, ref := range parseEntry(kv[i+1]) {
+					if ref.shard < 0 {
+						continue
+					}
+					p, err := s.purchase(ctx, item, ref.shard, orderJob{pid: ref.pid, qty: ref.qty, home: home, user: kv[i]})
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, p)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
 	}
 	return out, nil
 }

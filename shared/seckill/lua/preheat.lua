@@ -1,6 +1,7 @@
 -- preheat: reset one item shard for a new sale: buyers, purchases, holds and
 -- order queue are dropped, and the shard gets its part of the stock. A shard
--- whose admitted purchases still wait for their orders is left alone.
+-- whose admitted purchases still wait for their orders (units that left the
+-- stock and were neither confirmed nor given back) is left alone.
 --
 -- KEYS[1] -> item shard meta
 -- KEYS[2] -> buyers
@@ -15,13 +16,16 @@
 -- ARGV[6] -> this shard's stock
 --
 -- Returns 1 when reset, 0 when orders are pending.
-local pending = redis.call('HGET', KEYS[1], 'pending')
-if pending and tonumber(pending) > 0 then
-  return 0
+local m = redis.call('HMGET', KEYS[1], 'version', 'stock', 'confirmed')
+if m[1] then
+  local left = redis.call('HGET', KEYS[1], 'left:' .. m[1])
+  if tonumber(m[2]) - tonumber(left or m[2]) - tonumber(m[3] or 0) > 0 then
+    return 0
+  end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 if ARGV[2] ~= '0' then
   redis.call('HSET', KEYS[1], 'version', ARGV[1], 'shards', ARGV[2], 'starts', ARGV[3], 'ends', ARGV[4],
-    'limit', ARGV[5], 'stock', ARGV[6], 'left', ARGV[6], 'pending', 0, 'confirmed', 0, 'released', 0)
+    'limit', ARGV[5], 'stock', ARGV[6], 'left:' .. ARGV[1], ARGV[6], 'confirmed', 0, 'released', 0)
 end
 return 1

@@ -1,5 +1,6 @@
 -- take: take stock for a purchase from a shard other than the buyer's home,
--- whose limit the home shard holds for it until ARGV[6].
+-- whose limit the home shard holds for it until ARGV[6]. A purchase taken
+-- here has a record from the start (the buyer's entry is on another shard).
 --
 -- KEYS[1] -> item shard meta
 -- KEYS[2] -> purchases
@@ -8,17 +9,19 @@
 -- ARGV[2] -> quantity
 -- ARGV[3] -> now, unix ms
 -- ARGV[4] -> purchase id
--- ARGV[5] -> order backlog limit of the shard
+-- ARGV[5] -> order backlog limit of the shard (order jobs waiting)
 -- ARGV[6] -> hold deadline, unix ms: past it the hold may be undone, so no take
 -- ARGV[7] -> the buyer's home shard
 -- ARGV[8] -> item version the hold was made under
+-- ARGV[9] -> the order job ("<pid>|<quantity>|<shard>|<user>")
 --
 -- Returns {code, extra}: 0 the item changed (re-preheated); 3 ended; 5 backlog
 -- full; 6 taken (extra: stock left); 7 no stock here; 9 hold expired.
 if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then
   return {6, -1}
 end
-local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', 'left', 'pending')
+local field = 'left:' .. ARGV[8]
+local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', field)
 if meta[1] ~= ARGV[8] then
   return {0}
 end
@@ -29,8 +32,7 @@ end
 if now >= tonumber(meta[2]) then
   return {3}
 end
-local pending = tonumber(meta[4])
-if pending >= tonumber(ARGV[5]) then
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then
   return {5}
 end
 local qty = tonumber(ARGV[2])
@@ -38,7 +40,7 @@ local left = tonumber(meta[3])
 if left < qty then
   return {7}
 end
-redis.call('HSET', KEYS[1], 'left', left - qty, 'pending', pending + 1)
+redis.call('HINCRBY', KEYS[1], field, -qty)
 redis.call('HSET', KEYS[2], ARGV[4], 'reserved|' .. qty .. '|' .. ARGV[3] .. '|' .. ARGV[3] .. '|' .. ARGV[7] .. '|0||' .. ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[9])
 return {6, left - qty}

@@ -109,9 +109,9 @@ rie:
 	  echo "installing aws-lambda-rie $(RIE_VERSION) into bin/"; \
 	  GOBIN=$(CURDIR)/bin $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION); }
 
-bench: rie ## Every performance target of SPEC.md against its baseline (about 3 min): bench/results.md
+bench: rie ## Every performance target of SPEC.md against its baseline (1-3 min): bench/results.md
 	@$(call host_bootstraps,$(FUNCTIONS))
-	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host
+	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host $(BENCH_ARGS)
 
 synth: build ## Build, then synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json)
 	rm -rf cdk.out

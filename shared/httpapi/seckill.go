@@ -71,6 +71,8 @@ func seckillProblem(err error) *Problem {
 		return NewProblem(http.StatusConflict, CodeAlreadyPurchased, "you already bought as much of this item as one buyer may")
 	case errors.Is(err, seckill.ErrNotStarted):
 		return NewProblem(http.StatusConflict, CodeNotStarted, strings.TrimPrefix(err.Error(), "seckill: "))
+	case errors.Is(err, seckill.ErrNotEnoughLeft):
+		return NewProblem(http.StatusGone, CodeSoldOut, "not enough of the item is left for this quantity; a smaller one may still be admitted")
 	case errors.Is(err, seckill.ErrSoldOut):
 		return NewProblem(http.StatusGone, CodeSoldOut, "the item is sold out")
 	case errors.Is(err, seckill.ErrEnded):

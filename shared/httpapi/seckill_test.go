@@ -980,6 +980,27 @@ func TestSeckillBacklogFromConfig(t *testing.T) {
 		want{status: 429, code: "backlog_full", retryAfter: true})
 }
 
+// TestSeckillNotEnoughLeft: asking for more than is left answers sold_out
+// with a detail saying a smaller quantity may still be admitted, and the
+// container does not remember the item as sold out: the last unit still
+// sells.
+func TestSeckillNotEnoughLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newSaleStack(t, srv.URL(), map[string]string{"HOURGLASS_SOLDOUT_MEMORY": "1m"}, clock.NewFake(fixtureStarts), nil)
+	s.open(t, fixtureItem, 3, 2, 1)
+	s.buy(t, fixtureItem, "user-first", body(`{"quantity":2}`))
+	p := checkProblem(t, s.invoke(t, itemPayload(t, "seckill-purchase", fixtureItem, sub("user-2"), body(`{"quantity":2}`))),
+		want{status: 410, code: "sold_out"})
+	if !strings.Contains(p.Detail, "smaller") {
+		t.Errorf("detail %q does not say a smaller quantity may do", p.Detail)
+	}
+	s.buy(t, fixtureItem, "user-3")
+	p = checkProblem(t, s.invoke(t, itemPayload(t, "seckill-purchase", fixtureItem, sub("user-4"))), want{status: 410, code: "sold_out"})
+	if p.Detail != "the item is sold out" {
+		t.Errorf("detail %q once nothing is left", p.Detail)
+	}
+}
+
 // TestSeckillSoldOutMemory: a container that saw an item sold out refuses
 // further purchases from memory, without Redis, while the state (which must
 // come from Redis) is unavailable; a preheat forgets what it remembered.

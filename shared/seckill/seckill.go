@@ -11,6 +11,7 @@ package seckill
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"time"
 
@@ -116,11 +117,15 @@ func (p Purchase) View() PurchaseView {
 
 // Domain outcomes, mapped to HTTP problems at the edge.
 var (
-	ErrNotFound         = errors.New("seckill: no such item")
-	ErrNoPurchase       = errors.New("seckill: no purchase")
-	ErrNotStarted       = errors.New("seckill: sale not started")
-	ErrEnded            = errors.New("seckill: sale ended")
-	ErrSoldOut          = errors.New("seckill: sold out")
+	ErrNotFound   = errors.New("seckill: no such item")
+	ErrNoPurchase = errors.New("seckill: no purchase")
+	ErrNotStarted = errors.New("seckill: sale not started")
+	ErrEnded      = errors.New("seckill: sale ended")
+	ErrSoldOut    = errors.New("seckill: sold out")
+	// ErrNotEnoughLeft: some stock is left, but not the quantity asked for
+	// in any one shard; a smaller quantity may still be admitted. It is an
+	// ErrSoldOut for this quantity, but never remembered as the item's.
+	ErrNotEnoughLeft    = fmt.Errorf("%w: not enough left for the quantity asked for", ErrSoldOut)
 	ErrAlreadyPurchased = errors.New("seckill: per-user limit reached")
 	ErrBacklogFull      = errors.New("seckill: order backlog full")
 	// ErrOrdersPending: a preheat would drop admitted purchases whose order

@@ -614,3 +614,57 @@ func TestOrderJobOfAnEarlierSale(t *testing.T) {
 		}
 	})
 }
+
+// TestTooLargeAQuantityIsNotSoldOut: a purchase asking for more than any
+// shard has left is refused as sold out for that quantity, but the
+// container does not remember the item as sold out: smaller purchases are
+// still admitted until the stock is gone everywhere.
+func TestTooLargeAQuantityIsNotSoldOut(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		t.Run("one shard", func(t *testing.T) {
+			e := newEnv(t, b.Client, seckill.Config{Memory: time.Minute})
+			e.preheat(t, "one", 3, 1, 2)
+			if _, err := e.buy("one", "ann", 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.buy("one", "bob", 2); !errors.Is(err, seckill.ErrNotEnoughLeft) || !errors.Is(err, seckill.ErrSoldOut) {
+				t.Fatalf("2 of 1 left: %v, want ErrNotEnoughLeft (an ErrSoldOut)", err)
+			}
+			if _, err := e.buy("one", "cat", 1); err != nil {
+				t.Fatalf("1 of 1 left after a larger refusal: %v", err)
+			}
+			if _, err := e.buy("one", "dan", 1); !errors.Is(err, seckill.ErrSoldOut) || errors.Is(err, seckill.ErrNotEnoughLeft) {
+				t.Fatalf("nothing left: %v, want ErrSoldOut", err)
+			}
+		})
+		t.Run("two shards", func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, b.Client, seckill.Config{Memory: time.Minute})
+			e.preheat(t, "two", 4, 2, 2) // 2 units per shard
+			home0, home1 := usersHomedAt("h0", 0, 2, 4), usersHomedAt("h1", 1, 2, 1)
+			if p, err := e.buy("two", home0[0], 2); err != nil || p.Shard != 0 {
+				t.Fatalf("shard 0 emptied: %+v %v", p, err)
+			}
+			if p, err := e.buy("two", home1[0], 1); err != nil || p.Shard != 1 {
+				t.Fatalf("1 left on shard 1: %+v %v", p, err)
+			}
+			// Home shard empty, shard 1 has 1: the hold for 2 is given back.
+			if _, err := e.buy("two", home0[1], 2); !errors.Is(err, seckill.ErrNotEnoughLeft) {
+				t.Fatalf("2 with 1 left elsewhere: %v, want ErrNotEnoughLeft", err)
+			}
+			k0 := delayq.KeysOf("hg:", seckill.QueueName("two"), 0)
+			if has, _ := b.Client.HExists(ctx, k0.Key("users"), home0[1]).Result(); has {
+				t.Fatal("the refused buyer's hold still counts against the limit")
+			}
+			if p, err := e.buy("two", home0[2], 1); err != nil || p.Shard != 1 {
+				t.Fatalf("the last unit, borrowed: %+v %v", p, err)
+			}
+			if _, err := e.buy("two", home0[3], 1); !errors.Is(err, seckill.ErrSoldOut) || errors.Is(err, seckill.ErrNotEnoughLeft) {
+				t.Fatalf("nothing left anywhere: %v, want ErrSoldOut", err)
+			}
+			if st := e.stats(t, "two"); st.StockLeft != 0 || st.Admitted != 4 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	})
+}

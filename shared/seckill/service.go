@@ -331,7 +331,7 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 		case codeAdmitted:
 			return s.admitted(a, a.home), nil
 		case codeHold:
-			return s.borrow(ctx, a)
+			return s.borrow(ctx, a, res.extra == 0)
 		}
 		return Purchase{}, s.refusal(itemID, res, now)
 	}
@@ -398,6 +398,11 @@ func (s *Service) refusalErr(item string, res admission, now time.Time) error {
 	case codeBacklogFull:
 		return ErrBacklogFull
 	case codeSoldOut:
+		if res.extra != 0 {
+			// Stock is left, just not as much as asked for: the item is not
+			// sold out for smaller purchases, so nothing is remembered.
+			return ErrNotEnoughLeft
+		}
 		s.remember(item, res.version, ErrSoldOut, now)
 		return ErrSoldOut
 	case codeTooMany:
@@ -407,8 +412,10 @@ func (s *Service) refusalErr(item string, res admission, now time.Time) error {
 }
 
 // borrow takes stock for a held purchase from the other shards in turn.
-func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
-	backlogged := false
+// homeEmpty says the home shard had no stock left at all (not just too
+// little for the quantity).
+func (s *Service) borrow(ctx context.Context, a attempt, homeEmpty bool) (Purchase, error) {
+	backlogged, empty := false, homeEmpty
 	for i := 1; i < a.shards; i++ {
 		n := (a.home + i) % a.shards
 		// Each take is judged against the hold's deadline at the time it is
@@ -429,6 +436,7 @@ func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
 			backlogged = true
 			continue
 		case codeSoldOut:
+			empty = empty && res.extra == 0
 			continue
 		}
 		// Ended, re-preheated or past the hold: no stock will be found.
@@ -447,7 +455,11 @@ func (s *Service) borrow(ctx context.Context, a attempt) (Purchase, error) {
 		s.countRefusal(ErrBacklogFull)
 		return Purchase{}, ErrBacklogFull
 	}
-	return Purchase{}, s.refusal(a.item, admission{code: codeSoldOut, version: a.version}, a.now)
+	left := int64(0) // every shard empty: the item is sold out
+	if !empty {
+		left = -1
+	}
+	return Purchase{}, s.refusal(a.item, admission{code: codeSoldOut, version: a.version, extra: left}, a.now)
 }
 
 // Mine returns the user's latest purchase of an item.

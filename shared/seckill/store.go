@@ -206,8 +206,10 @@ const (
 	codeTooMany      = 10
 )
 
+// decodeAdmission reads a script's {code, [version,] [extra]}; extra is -1
+// when the script gave none.
 func decodeAdmission(res []any, withVersion bool) (admission, error) {
-	var a admission
+	a := admission{extra: -1}
 	if len(res) == 0 {
 		return a, errors.New("empty reply")
 	}

@@ -43,9 +43,10 @@
 -- Returns the stock left (an integer) when admitted on the common path, else
 -- {code, version, extra}: 0 unknown item; 1 the item has another version
 -- (nothing done); 2 not started (extra: starts); 3 ended; 4 per-user limit
--- reached; 5 backlog full; 6 admitted (extra: stock left); 7 sold out; 8 no
--- stock here: the user's quantity is held against the limit and the caller
--- may take stock from another shard; 10 quantity above the per-user limit
+-- reached; 5 backlog full; 6 admitted (extra: stock left); 7 sold out
+-- (extra: stock left, fewer than asked for); 8 not enough stock here (extra:
+-- stock left, absent on a repeat): the user's quantity is held against the
+-- limit and the caller may take stock from another shard; 10 quantity above the per-user limit
 -- (extra: the limit). A repeated attempt with the same purchase id answers as
 -- the first did.
 local qty = tonumber(ARGV[2])
@@ -115,8 +116,8 @@ if left >= qty then
   return {6, version, left - qty}
 end
 if ARGV[12] == '1' then
-  return {7, version}
+  return {7, version, left}
 end
 redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@-:' .. qty)
 redis.call('ZADD', KEYS[3], ARGV[7], pid .. '|' .. qty .. '|' .. user)
-return {8, version}
+return {8, version, left}

@@ -16,7 +16,8 @@
 -- ARGV[9] -> the order job ("<pid>|<quantity>|<shard>|<user>")
 --
 -- Returns {code, extra}: 0 the item changed (re-preheated); 3 ended; 5 backlog
--- full; 6 taken (extra: stock left); 7 no stock here; 9 hold expired.
+-- full; 6 taken (extra: stock left); 7 not enough stock here (extra: stock
+-- left); 9 hold expired.
 if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then
   return {6, -1}
 end
@@ -38,7 +39,7 @@ end
 local qty = tonumber(ARGV[2])
 local left = tonumber(meta[3])
 if left < qty then
-  return {7}
+  return {7, left}
 end
 redis.call('HINCRBY', KEYS[1], field, -qty)
 redis.call('HSET', KEYS[2], ARGV[4], 'reserved|' .. qty .. '|' .. ARGV[3] .. '|' .. ARGV[3] .. '|' .. ARGV[7] .. '|0||' .. ARGV[1])

@@ -40,7 +40,7 @@ const (
 // The sale window of events/seckill-preheat.json.
 var (
 	fixtureStarts = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	fixtureEnds   = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	fixtureEnds   = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // ---- the app under test, with the flash sale on a fake clock ----
@@ -294,12 +294,12 @@ func TestSeckillFixtures(t *testing.T) {
 		now := time.Now().UTC()
 		starts, ends := now.Add(-time.Minute).Truncate(time.Second), now.Add(time.Hour).Truncate(time.Second)
 		ev := itemEvent(t, "seckill-preheat", fixtureItem)
-		want := `{"stock":1000,"starts_at":"2026-11-29T10:00:00Z","ends_at":"2026-11-29T12:00:00Z","per_user_limit":1,"shards":1}`
+		want := `{"stock":1000,"starts_at":"2026-11-29T10:00:00Z","ends_at":"2099-01-01T00:00:00Z","per_user_limit":1,"shards":1}`
 		if ev.Body != want {
 			t.Fatalf("preheat fixture body %s, want %s", ev.Body, want)
 		}
 		live := body(strings.NewReplacer("2026-11-29T10:00:00Z", starts.Format(time.RFC3339),
-			"2026-11-29T12:00:00Z", ends.Format(time.RFC3339)).Replace(ev.Body))
+			"2099-01-01T00:00:00Z", ends.Format(time.RFC3339)).Replace(ev.Body))
 		resp := s.invoke(t, itemPayload(t, "seckill-preheat", fixtureItem, live))
 		sale := seckill.State{ItemID: fixtureItem, Status: seckill.Live, StockLeft: 1000,
 			StartsAt: clock.Format(starts), EndsAt: clock.Format(ends)}
@@ -444,9 +444,9 @@ func TestSeckillItemStatus(t *testing.T) {
 	eachBackend(t, func(t *testing.T, redisURL string) {
 		s := newSaleStack(t, redisURL, nil, clock.NewFake(fixtureStarts.Add(-time.Hour)), nil)
 		sale := seckill.State{ItemID: fixtureItem, Status: seckill.Upcoming, StockLeft: 1000,
-			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"}
+			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"}
 		last := seckill.State{ItemID: "last-one", Status: seckill.Upcoming, StockLeft: 1,
-			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"}
+			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"}
 
 		t.Log("an hour before: upcoming")
 		wantState(t, s.invoke(t, rawFixture(t, "seckill-preheat")), sale)
@@ -580,7 +580,7 @@ func TestSeckillPublicStateNeedsNoIdentity(t *testing.T) {
 			before := snapshot(t, s.rdb)
 			resp = s.invoke(t, itemPayload(t, "seckill-item", "public", tc.mods...))
 			wantState(t, resp, seckill.State{ItemID: "public", Status: seckill.Live, StockLeft: 1000,
-				StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"})
+				StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"})
 			wantUnchanged(t, before, snapshot(t, s.rdb))
 		})
 	}
@@ -930,7 +930,7 @@ func TestSeckillOrdersPendingThenPreheat(t *testing.T) {
 		s.makeOrders(t, fixtureItem, s.clk.Now())
 		t.Log("every order made: the preheat resets the sale")
 		wantState(t, s.invoke(t, rawFixture(t, "seckill-preheat")), seckill.State{ItemID: fixtureItem, Status: seckill.Live,
-			StockLeft: 1000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"})
+			StockLeft: 1000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"})
 		checkProblem(t, s.invoke(t, rawFixture(t, "seckill-purchase-me")), want{status: 404, code: "not_found"})
 		again := s.buy(t, fixtureItem, fixtureUser)
 		if again.PurchaseID == first.PurchaseID {

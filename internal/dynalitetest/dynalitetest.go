@@ -26,20 +26,20 @@ type Server struct {
 	Endpoint string
 }
 
-// Start spawns dynalite on a free port; it stops with the test.
+// Start spawns dynalite on a free port, through dynalite.js (which keeps it
+// up when a client is killed mid-request); it stops with the test.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := find()
+	launcher, err := find()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
 		port := freePort(t)
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--host", "127.0.0.1",
-			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+		cmd := exec.Command("node", launcher, strconv.Itoa(port), "127.0.0.1")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("dynalitetest: start %s: %v", bin, err)
+			t.Fatalf("dynalitetest: start node %s: %v", launcher, err)
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		if waitFor(addr, 15*time.Second) {
@@ -64,23 +64,24 @@ func (s *Server) Client() *dynamodb.Client {
 	})
 }
 
-// find locates node_modules/.bin/dynalite above the working directory.
+// find locates this package's dynalite.js in the module above the working
+// directory, and checks that npm installed dynalite beside it.
 func find() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		bin := filepath.Join(dir, "node_modules", ".bin", "dynalite")
-		if _, err := os.Stat(bin); err == nil {
-			return bin, nil
-		}
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return "", fmt.Errorf("dynalitetest: %s is missing: run `npm ci` in %s (make test does)", bin, dir)
+			bin := filepath.Join(dir, "node_modules", "dynalite", "index.js")
+			if _, err := os.Stat(bin); err != nil {
+				return "", fmt.Errorf("dynalitetest: %s is missing: run `npm ci` in %s (make test does)", bin, dir)
+			}
+			return filepath.Join(dir, "internal", "dynalitetest", "dynalite.js"), nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("dynalitetest: no node_modules/.bin/dynalite above the working directory")
+			return "", fmt.Errorf("dynalitetest: no go.mod above the working directory")
 		}
 		dir = parent
 	}

@@ -113,6 +113,18 @@ func runReconcile(t *testing.T, env map[string]string) reconcileReport {
 	return rep
 }
 
+// reconcileEnv is the environment of `hourglass reconcile` beside serve s
+// started with env: s's embedded Redis, env's ledger, no table creation.
+func reconcileEnv(s *server, env map[string]string) map[string]string {
+	renv := map[string]string{"REDIS_URL": "redis://" + s.embeddedRedis(), "HOURGLASS_LOG_LEVEL": "warn"}
+	for k, v := range env {
+		if k != "REDIS_URL" && k != "HOURGLASS_CREATE_TABLES" {
+			renv[k] = v
+		}
+	}
+	return renv
+}
+
 func compact(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
@@ -146,65 +158,8 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 	t.Run("withdrawals", func(t *testing.T) {
 		env := dynamoEnv(db, "walk")
 		s := serve(t, freeAddr(t), env)
-		body := `{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":2}`
-
-		created := s.create("alice", "demo-1", body)
-		if created.status != http.StatusAccepted || created.body["status"] != "scheduled" {
-			t.Fatalf("create: %d %s", created.status, created.raw)
-		}
-		id := created.body["id"].(string)
-		if loc := created.header.Get("Location"); loc != "/v1/withdrawals/"+id {
-			t.Fatalf("Location %q", loc)
-		}
-		replay := s.create("alice", "demo-1", body)
-		if replay.status != http.StatusAccepted || replay.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(replay.raw, created.raw) {
-			t.Fatalf("replay: %d %v %s", replay.status, replay.header, replay.raw)
-		}
-		if r := s.create("alice", "demo-1", strings.Replace(body, "125.50", "1.00", 1)); r.status != http.StatusUnprocessableEntity || r.body["code"] != "idempotency_conflict" {
-			t.Fatalf("conflict: %d %s", r.status, r.raw)
-		}
-		other := s.create("alice", "demo-2", strings.Replace(body, `"delay_seconds":2`, `"delay_seconds":600`, 1))
-		if other.status != http.StatusAccepted {
-			t.Fatalf("create demo-2: %d %s", other.status, other.raw)
-		}
-		otherID := other.body["id"].(string)
-		if r := s.do(http.MethodDelete, "/v1/withdrawals/"+otherID, "alice", nil, ""); r.status != http.StatusOK || r.body["status"] != "cancelled" {
-			t.Fatalf("cancel: %d %s", r.status, r.raw)
-		}
-		if r := s.do(http.MethodDelete, "/v1/withdrawals/"+otherID, "alice", nil, ""); r.status != http.StatusOK || r.body["status"] != "cancelled" {
-			t.Fatalf("cancel again: %d %s", r.status, r.raw)
-		}
-		if r := s.create("alice", "demo-3", `{"amount":"12.345","currency":"CNY","destination":"bank_6222"}`); r.status != http.StatusBadRequest ||
-			r.body["code"] != "validation_failed" || r.header.Get("Content-Type") != "application/problem+json" {
-			t.Fatalf("validation: %d %s", r.status, r.raw)
-		}
-		if r := s.do(http.MethodGet, "/v1/withdrawals/"+id, "bob", nil, ""); r.status != http.StatusNotFound {
-			t.Fatalf("bob read alice's withdrawal: %d %s", r.status, r.raw)
-		}
-		waitFor(t, 30*time.Second, "the withdrawal to be paid", func() bool {
-			return s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "").body["status"] == "paid"
-		})
-		got := s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "")
-		if got.body["attempts"] != float64(1) || got.body["payout_id"] != "sim_"+id {
-			t.Fatalf("paid withdrawal: %s", got.raw)
-		}
-		due, _ := time.Parse(time.RFC3339, created.body["due_at"].(string))
-		updated, _ := time.Parse(time.RFC3339, got.body["updated_at"].(string))
-		if updated.Before(due) {
-			t.Fatalf("paid at %v, before its due time %v", updated, due)
-		}
-		if r := s.do(http.MethodDelete, "/v1/withdrawals/"+id, "alice", nil, ""); r.status != http.StatusConflict || r.body["code"] != "not_cancellable" {
-			t.Fatalf("cancel of a paid withdrawal: %d %s", r.status, r.raw)
-		}
-		list := s.do(http.MethodGet, "/v1/withdrawals", "alice", nil, "")
-		items, _ := list.body["items"].([]any)
-		if list.status != http.StatusOK || len(items) != 2 || items[0].(map[string]any)["id"] != otherID || items[1].(map[string]any)["id"] != id {
-			t.Fatalf("list: %d %s", list.status, list.raw)
-		}
-		waitFor(t, 10*time.Second, "finance's message on stdout", func() bool {
-			out, _ := os.ReadFile(s.log)
-			return bytes.Contains(out, []byte(`{"type":"payout.processed","withdrawal_id":"`+id+`"`))
-		})
+		body := walkthroughBody
+		id, otherID := walkWithdrawals(t, s)
 		// The records live in DynamoDB.
 		if it := dynamoItem(t, db, env["HOURGLASS_WITHDRAWALS_TABLE"], id); attrS(it, "status") != "paid" || attrS(it, "payout_id") != "sim_"+id {
 			t.Fatalf("DynamoDB record of %s: %v", id, it)
@@ -238,12 +193,7 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 		if n := withdrawalsDue(t, s); n != 0 {
 			t.Fatalf("%v withdrawals due after FLUSHALL", n)
 		}
-		renv := map[string]string{"REDIS_URL": "redis://" + s.embeddedRedis(), "HOURGLASS_LOG_LEVEL": "warn"}
-		for k, v := range env {
-			if k != "REDIS_URL" && k != "HOURGLASS_CREATE_TABLES" {
-				renv[k] = v
-			}
-		}
+		renv := reconcileEnv(s, env)
 		rep := runReconcile(t, renv)
 		if rep.Ledger != "dynamodb" || rep.Withdrawals.Scheduled != 1 || rep.Withdrawals.Promoted != 0 ||
 			rep.Withdrawals.Redispatched != 0 || rep.Withdrawals.Renotified != 0 {
@@ -261,56 +211,13 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 	t.Run("flash sale", func(t *testing.T) {
 		env := dynamoEnv(db, "sale")
 		s := serve(t, freeAddr(t), env)
-		admin := map[string]string{"X-Admin-Token": "dev-admin"}
-		item := "/v1/seckill/items/phone-1"
-
-		pre := s.do(http.MethodPut, item, "", admin, `{"stock":2,"per_user_limit":1,"ends_at":"2030-01-01T00:00:00Z"}`)
-		if pre.status != http.StatusOK || pre.body["status"] != "live" || pre.body["stock_left"] != float64(2) {
-			t.Fatalf("preheat: %d %s", pre.status, pre.raw)
-		}
-		ids := map[string]string{}
-		for _, u := range []string{"ann", "bob"} {
-			r := s.do(http.MethodPost, item+"/purchases", u, nil, "")
-			if r.status != http.StatusAccepted || r.body["status"] != "reserved" {
-				t.Fatalf("%s: %d %s", u, r.status, r.raw)
-			}
-			ids[u] = r.body["purchase_id"].(string)
-		}
-		if r := s.do(http.MethodPost, item+"/purchases", "cat", nil, ""); r.status != http.StatusGone || r.body["code"] != "sold_out" {
-			t.Fatalf("cat: %d %s", r.status, r.raw)
-		}
-		if r := s.do(http.MethodPost, item+"/purchases", "ann", nil, ""); r.status != http.StatusConflict || r.body["code"] != "already_purchased" {
-			t.Fatalf("ann again: %d %s", r.status, r.raw)
-		}
-		for _, u := range []string{"ann", "bob"} {
-			order := "or_" + strings.TrimPrefix(ids[u], "pu_")
-			waitFor(t, 30*time.Second, u+"'s order", func() bool {
-				r := s.do(http.MethodGet, item+"/purchases/me", u, nil, "")
-				return r.body["status"] == "confirmed" && r.body["order_id"] == order
-			})
+		for u, id := range walkFlashSale(t, s) {
 			// The order is in DynamoDB's orders table.
-			if it := dynamoItem(t, db, env["HOURGLASS_ORDERS_TABLE"], order); attrS(it, "purchase_id") != ids[u] || attrS(it, "user_id") != u {
-				t.Fatalf("DynamoDB order %s: %v", order, it)
+			if it := dynamoItem(t, db, env["HOURGLASS_ORDERS_TABLE"], orderOf(id)); attrS(it, "purchase_id") != id || attrS(it, "user_id") != u {
+				t.Fatalf("DynamoDB order %s: %v", orderOf(id), it)
 			}
 		}
-		if r := s.do(http.MethodGet, item+"/purchases/me", "cat", nil, ""); r.status != http.StatusNotFound {
-			t.Fatalf("cat's purchase: %d %s", r.status, r.raw)
-		}
-		if r := s.do(http.MethodGet, item, "", nil, ""); r.body["status"] != "sold_out" || r.body["stock_left"] != float64(0) {
-			t.Fatalf("item: %s", r.raw)
-		}
-		stats := s.do(http.MethodGet, "/v1/admin/stats", "", admin, "")
-		items, _ := stats.body["items"].(map[string]any)
-		phone, _ := items["phone-1"].(map[string]any)
-		if phone["admitted"] != float64(2) || phone["confirmed"] != float64(2) || phone["stock_left"] != float64(0) {
-			t.Fatalf("stats: %s", stats.raw)
-		}
-		renv := map[string]string{"REDIS_URL": "redis://" + s.embeddedRedis(), "HOURGLASS_LOG_LEVEL": "warn"}
-		for k, v := range env {
-			if k != "REDIS_URL" {
-				renv[k] = v
-			}
-		}
+		renv := reconcileEnv(s, env)
 		if rep := runReconcile(t, renv); rep.Ledger != "dynamodb" || rep.Withdrawals.Scheduled+rep.Withdrawals.Redispatched+rep.Withdrawals.Renotified != 0 {
 			t.Fatalf("reconcile of a settled sale: %+v %s", rep, rep.FlashSale)
 		} else {

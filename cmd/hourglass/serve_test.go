@@ -173,8 +173,23 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // `make run` setup: embedded Redis, simulated provider, finance on stdout.
 func TestServeWalkthrough(t *testing.T) {
 	s := serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""})
-	body := `{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":2}`
+	walkWithdrawals(t, s)
+	stats := s.do(http.MethodGet, "/v1/admin/stats", "", map[string]string{"X-Admin-Token": "dev-admin"}, "")
+	if stats.status != http.StatusOK {
+		t.Fatalf("stats: %d %s", stats.status, stats.raw)
+	}
+}
 
+// walkthroughBody is the README's first withdrawal, due in 2 s.
+const walkthroughBody = `{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":2}`
+
+// walkWithdrawals follows the README's withdrawal walkthrough against s:
+// create, replay, conflict, cancel another (twice), a validation error,
+// someone else's read, the payout, the list and finance's message. It
+// returns the paid withdrawal's id and the cancelled one's.
+func walkWithdrawals(t *testing.T, s *server) (paid, cancelled string) {
+	t.Helper()
+	body := walkthroughBody
 	created := s.create("alice", "demo-1", body)
 	if created.status != http.StatusAccepted || created.body["status"] != "scheduled" {
 		t.Fatalf("create: %d %s", created.status, created.raw)
@@ -191,9 +206,14 @@ func TestServeWalkthrough(t *testing.T) {
 		t.Fatalf("conflict: %d %s", r.status, r.raw)
 	}
 	other := s.create("alice", "demo-2", strings.Replace(body, `"delay_seconds":2`, `"delay_seconds":600`, 1))
+	if other.status != http.StatusAccepted {
+		t.Fatalf("create demo-2: %d %s", other.status, other.raw)
+	}
 	otherID := other.body["id"].(string)
-	if r := s.do(http.MethodDelete, "/v1/withdrawals/"+otherID, "alice", nil, ""); r.status != http.StatusOK || r.body["status"] != "cancelled" {
-		t.Fatalf("cancel: %d %s", r.status, r.raw)
+	for _, what := range []string{"cancel", "cancel again"} {
+		if r := s.do(http.MethodDelete, "/v1/withdrawals/"+otherID, "alice", nil, ""); r.status != http.StatusOK || r.body["status"] != "cancelled" {
+			t.Fatalf("%s: %d %s", what, r.status, r.raw)
+		}
 	}
 	if r := s.create("alice", "demo-3", `{"amount":"12.345","currency":"CNY","destination":"bank_6222"}`); r.status != http.StatusBadRequest ||
 		r.body["code"] != "validation_failed" || r.header.Get("Content-Type") != "application/problem+json" {
@@ -202,7 +222,7 @@ func TestServeWalkthrough(t *testing.T) {
 	if r := s.do(http.MethodGet, "/v1/withdrawals/"+id, "bob", nil, ""); r.status != http.StatusNotFound {
 		t.Fatalf("bob read alice's withdrawal: %d %s", r.status, r.raw)
 	}
-	waitFor(t, 15*time.Second, "the withdrawal to be paid", func() bool {
+	waitFor(t, 30*time.Second, "the withdrawal to be paid", func() bool {
 		return s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "").body["status"] == "paid"
 	})
 	got := s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, "")
@@ -217,14 +237,16 @@ func TestServeWalkthrough(t *testing.T) {
 	if r := s.do(http.MethodDelete, "/v1/withdrawals/"+id, "alice", nil, ""); r.status != http.StatusConflict || r.body["code"] != "not_cancellable" {
 		t.Fatalf("cancel of a paid withdrawal: %d %s", r.status, r.raw)
 	}
-	stats := s.do(http.MethodGet, "/v1/admin/stats", "", map[string]string{"X-Admin-Token": "dev-admin"}, "")
-	if stats.status != http.StatusOK {
-		t.Fatalf("stats: %d %s", stats.status, stats.raw)
+	list := s.do(http.MethodGet, "/v1/withdrawals", "alice", nil, "")
+	items, _ := list.body["items"].([]any)
+	if list.status != http.StatusOK || len(items) != 2 || items[0].(map[string]any)["id"] != otherID || items[1].(map[string]any)["id"] != id {
+		t.Fatalf("list: %d %s", list.status, list.raw)
 	}
-	waitFor(t, 5*time.Second, "finance's message on stdout", func() bool {
+	waitFor(t, 10*time.Second, "finance's message on stdout", func() bool {
 		out, _ := os.ReadFile(s.log)
 		return bytes.Contains(out, []byte(`{"type":"payout.processed","withdrawal_id":"`+id+`"`))
 	})
+	return id, otherID
 }
 
 // TestServeKilledLosesNothing kills `hourglass serve` with SIGKILL while
@@ -330,7 +352,14 @@ func TestServeStopsCleanly(t *testing.T) {
 // TestServeFlashSaleWalkthrough follows the README's flash-sale walkthrough
 // against the default `make run` setup.
 func TestServeFlashSaleWalkthrough(t *testing.T) {
-	s := serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""})
+	walkFlashSale(t, serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""}))
+}
+
+// walkFlashSale follows the README's flash-sale walkthrough against s: 2
+// phones, ann and bob admitted, cat refused, ann's second try refused, both
+// orders made. It returns the purchase ids of ann and bob.
+func walkFlashSale(t *testing.T, s *server) map[string]string {
+	t.Helper()
 	admin := map[string]string{"X-Admin-Token": "dev-admin"}
 	item := "/v1/seckill/items/phone-1"
 
@@ -353,9 +382,9 @@ func TestServeFlashSaleWalkthrough(t *testing.T) {
 		t.Fatalf("ann again: %d %s", r.status, r.raw)
 	}
 	for _, u := range []string{"ann", "bob"} {
-		waitFor(t, 10*time.Second, u+"'s order", func() bool {
+		waitFor(t, 30*time.Second, u+"'s order", func() bool {
 			r := s.do(http.MethodGet, item+"/purchases/me", u, nil, "")
-			return r.body["status"] == "confirmed" && r.body["order_id"] == "or_"+strings.TrimPrefix(ids[u], "pu_")
+			return r.body["status"] == "confirmed" && r.body["order_id"] == orderOf(ids[u])
 		})
 	}
 	if r := s.do(http.MethodGet, item+"/purchases/me", "cat", nil, ""); r.status != http.StatusNotFound {
@@ -370,4 +399,8 @@ func TestServeFlashSaleWalkthrough(t *testing.T) {
 	if phone["admitted"] != float64(2) || phone["confirmed"] != float64(2) || phone["stock_left"] != float64(0) {
 		t.Fatalf("stats: %s", stats.raw)
 	}
+	return ids
 }
+
+// orderOf is the order id of a purchase id.
+func orderOf(purchase string) string { return "or_" + strings.TrimPrefix(purchase, "pu_") }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 )
 
@@ -67,7 +68,7 @@ func TestDashboardInChromium(t *testing.T) {
 	node, script := browserDeps(t)
 	rs := redistest.Start(t)
 	finance := newFinanceSwitch(t) // down: the payout's job dies
-	s := serve(t, freeAddr(t), map[string]string{
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
 		"REDIS_URL": rs.URL(), "FINANCE_WEBHOOK_URL": finance.URL, "HOURGLASS_MAX_RECEIVES": "1",
 		"HOURGLASS_POLL_INTERVAL": "200ms", "HOURGLASS_LOG_LEVEL": "warn",
 	})

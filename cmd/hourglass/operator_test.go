@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 )
 
@@ -76,7 +77,7 @@ func hg(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd := exec.CommandContext(ctx, proctest.Build(t, hourglassPkg), args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -133,7 +134,7 @@ func deadOf(t *testing.T, env map[string]string) int64 {
 func TestOperatorRequeuesADeadPayout(t *testing.T) {
 	rs := redistest.Start(t)
 	finance := newFinanceSwitch(t)
-	s := serve(t, freeAddr(t), map[string]string{
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
 		"REDIS_URL": rs.URL(), "FINANCE_WEBHOOK_URL": finance.URL, "HOURGLASS_MAX_RECEIVES": "1",
 		"HOURGLASS_POLL_INTERVAL": "200ms", "HOURGLASS_LOG_LEVEL": "warn",
 	})
@@ -380,7 +381,7 @@ func TestProgressOnATerminal(t *testing.T) {
 	if _, err := p.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(script, "-qfec", binary(t)+" dead requeue --all --batch 100", "/dev/null")
+	cmd := exec.Command(script, "-qfec", proctest.Build(t, hourglassPkg)+" dead requeue --all --batch 100", "/dev/null")
 	cmd.Env = append(os.Environ(), "REDIS_URL="+rs.URL(), "TERM=xterm")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

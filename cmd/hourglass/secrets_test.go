@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/signature"
 )
@@ -109,7 +110,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	t.Cleanup(provSrv.Close)
 	fin := fakes.NewFinance(t, financeSecret)
 
-	s := serve(t, freeAddr(t), map[string]string{
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
 		"REDIS_URL":                      redisURL,
 		"PAYOUT_URL":                     provSrv.URL,
 		"PAYOUT_SIGNING_SECRET":          payoutSecret,
@@ -248,8 +249,8 @@ func runBriefly(t *testing.T, env map[string]string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), "serve")
-	cmd.Env = append(os.Environ(), "HOURGLASS_ADDR="+freeAddr(t))
+	cmd := exec.CommandContext(ctx, proctest.Build(t, hourglassPkg), "serve")
+	cmd.Env = append(os.Environ(), "HOURGLASS_ADDR="+proctest.FreeAddr(t))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

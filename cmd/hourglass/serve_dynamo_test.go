@@ -21,6 +21,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/dynalitetest"
 	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 )
 
@@ -96,7 +97,7 @@ func runReconcile(t *testing.T, env map[string]string) reconcileReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), "reconcile")
+	cmd := exec.CommandContext(ctx, proctest.Build(t, hourglassPkg), "reconcile")
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -157,7 +158,7 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 
 	t.Run("withdrawals", func(t *testing.T) {
 		env := dynamoEnv(db, "walk")
-		s := serve(t, freeAddr(t), env)
+		s := serve(t, proctest.FreeAddr(t), env)
 		body := walkthroughBody
 		id, otherID := walkWithdrawals(t, s)
 		// The records live in DynamoDB.
@@ -210,7 +211,7 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 
 	t.Run("flash sale", func(t *testing.T) {
 		env := dynamoEnv(db, "sale")
-		s := serve(t, freeAddr(t), env)
+		s := serve(t, proctest.FreeAddr(t), env)
 		for u, id := range walkFlashSale(t, s) {
 			// The order is in DynamoDB's orders table.
 			if it := dynamoItem(t, db, env["HOURGLASS_ORDERS_TABLE"], orderOf(id)); attrS(it, "purchase_id") != id || attrS(it, "user_id") != u {
@@ -248,7 +249,7 @@ func TestServeDynamoKilledWithRedisLosesNothing(t *testing.T) {
 	} {
 		env[k] = v
 	}
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	s := serve(t, addr, env)
 
 	const n = 300

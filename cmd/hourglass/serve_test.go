@@ -5,47 +5,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// hourglassPkg is the program the tests drive.
+const hourglassPkg = "github.com/hourglass/hourglass/cmd/hourglass"
 
-// binary builds this command once per test run: the tests drive the real
-// program, signals and all.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hourglass-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "hourglass")
-		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proctest.RemoveBuilds()
+	os.Exit(code)
 }
 
 type server struct {
@@ -58,16 +37,6 @@ type server struct {
 	err    error
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // serve starts `hourglass serve` with env and waits for /healthz.
 func serve(t *testing.T, addr string, env map[string]string) *server {
 	t.Helper()
@@ -75,7 +44,7 @@ func serve(t *testing.T, addr string, env map[string]string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary(t), "serve")
+	cmd := exec.Command(proctest.Build(t, hourglassPkg), "serve")
 	cmd.Env = append(os.Environ(), "HOURGLASS_ADDR="+addr)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -172,7 +141,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // TestServeWalkthrough follows the README's walkthrough against the default
 // `make run` setup: embedded Redis, simulated provider, finance on stdout.
 func TestServeWalkthrough(t *testing.T) {
-	s := serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""})
+	s := serve(t, proctest.FreeAddr(t), map[string]string{"REDIS_URL": ""})
 	walkWithdrawals(t, s)
 	stats := s.do(http.MethodGet, "/v1/admin/stats", "", map[string]string{"X-Admin-Token": "dev-admin"}, "")
 	if stats.status != http.StatusOK {
@@ -263,7 +232,7 @@ func TestServeKilledLosesNothing(t *testing.T) {
 		"HOURGLASS_LEASE": "2s", "HOURGLASS_VISIBILITY_TIMEOUT": "300ms", "PAYOUT_TIMEOUT": "1s",
 		"HOURGLASS_POLL_INTERVAL": "200ms", "HOURGLASS_LOG_LEVEL": "warn",
 	}
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	s := serve(t, addr, env)
 
 	const n = 300
@@ -316,7 +285,7 @@ func TestServeStopsCleanly(t *testing.T) {
 	provider := fakes.NewProvider(t, "pay-secret")
 	provider.Slow(200 * time.Millisecond)
 	finance := fakes.NewFinance(t, "fin-secret")
-	s := serve(t, freeAddr(t), map[string]string{
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
 		"REDIS_URL": redis.URL(), "PAYOUT_URL": provider.URL, "PAYOUT_SIGNING_SECRET": "pay-secret",
 		"FINANCE_WEBHOOK_URL": finance.URL, "FINANCE_SIGNING_SECRET": "fin-secret",
 	})
@@ -352,7 +321,7 @@ func TestServeStopsCleanly(t *testing.T) {
 // TestServeFlashSaleWalkthrough follows the README's flash-sale walkthrough
 // against the default `make run` setup.
 func TestServeFlashSaleWalkthrough(t *testing.T) {
-	walkFlashSale(t, serve(t, freeAddr(t), map[string]string{"REDIS_URL": ""}))
+	walkFlashSale(t, serve(t, proctest.FreeAddr(t), map[string]string{"REDIS_URL": ""}))
 }
 
 // walkFlashSale follows the README's flash-sale walkthrough against s: 2

@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/hourglass/hourglass/internal/proctest"
 )
 
 // Server is a dynalite process owned by a test.
@@ -35,7 +37,7 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	for range 5 {
-		port := freePort(t)
+		port := proctest.FreePort(t)
 		cmd := exec.Command("node", launcher, strconv.Itoa(port), "127.0.0.1")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -85,15 +87,6 @@ func find() (string, error) {
 		}
 		dir = parent
 	}
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func waitFor(addr string, d time.Duration) bool {

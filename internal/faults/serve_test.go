@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,55 +15,19 @@ import (
 
 	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/history"
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// hourglassPkg is the program the runs drive.
+const hourglassPkg = "github.com/hourglass/hourglass/cmd/hourglass"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	proctest.RemoveBuilds()
 	os.Exit(code)
-}
-
-// hourglass builds `hourglass` once per run, with the race detector: the
-// runs drive the real program, SIGKILL and all.
-func hourglass(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hourglass-faults")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "hourglass")
-		out, err := exec.Command("go", "build", "-race", "-o", binPath, "github.com/hourglass/hourglass/cmd/hourglass").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // serveProc is one `hourglass serve` process.
@@ -77,7 +40,7 @@ type serveProc struct {
 // waits until it answers /healthz (200, or 503 while Redis is away).
 func serve(t *testing.T, addr string, env map[string]string, log *os.File) *serveProc {
 	t.Helper()
-	cmd := exec.Command(hourglass(t), "serve")
+	cmd := exec.Command(proctest.Build(t, hourglassPkg), "serve")
 	cmd.Env = append(os.Environ(), "HOURGLASS_ADDR="+addr)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -122,7 +85,7 @@ type serveRun struct {
 
 func newServeRun(t *testing.T, name string, redis *redistest.Server, extra map[string]string) *serveRun {
 	t.Helper()
-	hourglass(t) // build before the clock starts
+	proctest.Build(t, hourglassPkg) // build before the clock starts
 	provider := fakes.NewProvider(t, "pay-secret")
 	provider.Decide(refuseRejects(nil))
 	finance := fakes.NewFinance(t, "fin-secret")
@@ -149,7 +112,7 @@ func newServeRun(t *testing.T, name string, redis *redistest.Server, extra map[s
 			t.Logf("serve log (tail):\n%s", out)
 		}
 	})
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	return &serveRun{load: newLoad(t, name, newHTTPAPI(addr), provider, finance), addr: addr, env: env, log: log, redis: redis}
 }
 

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/internal/proctest"
 )
 
 // Server is a redis-server process owned by a test.
@@ -67,7 +68,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	}
 	var lastErr error
 	for range 5 {
-		s.port = freePort(t)
+		s.port = proctest.FreePort(t)
 		s.args = append([]string{
 			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", aof, "--appendfsync", "always",
@@ -81,16 +82,6 @@ func Start(t testing.TB, opts ...Option) *Server {
 	}
 	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
 	return nil
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *Server) spawn(bin string) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/signedpost"
@@ -78,18 +78,6 @@ func newEndpoint(t *testing.T, o signedpost.Options) *signedpost.Endpoint {
 		t.Fatalf("New: %v", err)
 	}
 	return e
-}
-
-// freeAddr is a local address nobody listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func TestPostSendsSignedJSON(t *testing.T) {
@@ -359,7 +347,7 @@ func TestPostErrors(t *testing.T) {
 		return nil, r.Context().Err()
 	})}
 	const secretURL = "http://user:hunter2@%s/in?token=t0k3n#frag"
-	refused := freeAddr(t)
+	refused := proctest.FreeAddr(t)
 	srv, received := serve(t, answer(http.StatusOK, ""))
 	live := strings.TrimPrefix(srv.URL, "http://")
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -214,12 +215,8 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 	action := awscloudwatchactions.NewSnsAction(s.AlarmTopic)
 	alarm := func(id, description string, props *awscloudwatch.AlarmProps) {
 		props.AlarmDescription = jsii.String(description)
-		if props.ComparisonOperator == "" {
-			props.ComparisonOperator = awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD
-		}
-		if props.TreatMissingData == "" {
-			props.TreatMissingData = awscloudwatch.TreatMissingData_NOT_BREACHING
-		}
+		props.ComparisonOperator = cmp.Or(props.ComparisonOperator, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD)
+		props.TreatMissingData = cmp.Or(props.TreatMissingData, awscloudwatch.TreatMissingData_NOT_BREACHING)
 		a := awscloudwatch.NewAlarm(s.Stack, jsii.String(id), props)
 		a.AddAlarmAction(action)
 		a.AddOkAction(action)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -82,9 +83,7 @@ func NewHourglassStack(scope constructs.Construct, id string, props *HourglassSt
 		return nil, fmt.Errorf("infra: the stack needs CodeDir, the directory of <function>/function.zip")
 	}
 	sp := props.StackProps
-	if sp.Description == nil {
-		sp.Description = jsii.String("Hourglass: delayed withdrawals and flash sales on ElastiCache, Lambda and API Gateway")
-	}
+	sp.Description = cmp.Or(sp.Description, jsii.String("Hourglass: delayed withdrawals and flash sales on ElastiCache, Lambda and API Gateway"))
 	s := &HourglassStack{
 		Stack:     awscdk.NewStack(scope, jsii.String(id), &sp),
 		settings:  props.Settings,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,9 +87,7 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 				msgs := make([]string, len(verr.Errors))
 				for i, f := range verr.Errors {
 					name := preheatFlags[f.Field]
-					if name == "" {
-						name = f.Field
-					}
+					name = cmp.Or(name, f.Field)
 					msgs[i] = name + " " + f.Message
 				}
 				return usagef("%s", strings.Join(msgs, "; "))

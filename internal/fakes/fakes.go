@@ -4,6 +4,7 @@
 package fakes
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -97,9 +98,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.rule != nil:
 		var d time.Duration
 		status, d = p.rule(key, payout, p.calls[key])
-		if status == 0 {
-			status = http.StatusOK
-		}
+		status = cmp.Or(status, http.StatusOK)
 		delay += d
 	}
 	if status == http.StatusOK {

@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -195,9 +196,7 @@ func DynamoClient(cfg config.Config) (*dynamodb.Client, error) {
 	if cfg.DynamoDBEndpoint == "" {
 		return dynamodb.NewFromConfig(awsCfg), nil
 	}
-	if awsCfg.Region == "" {
-		awsCfg.Region = "us-east-1"
-	}
+	awsCfg.Region = cmp.Or(awsCfg.Region, "us-east-1")
 	if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
 		awsCfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
 	}

@@ -4,6 +4,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,9 +46,7 @@ type Handler struct {
 
 // New returns a Handler.
 func New(cfg Config) *Handler {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}

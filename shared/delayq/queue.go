@@ -12,6 +12,7 @@
 package delayq
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -92,15 +93,11 @@ func New(rdb redis.Cmdable, opts Options) (*Queue, error) {
 	if opts.Name == "" {
 		return nil, errors.New("delayq: queue name is empty")
 	}
-	if opts.Shards == 0 {
-		opts.Shards = 1
-	}
+	opts.Shards = cmp.Or(opts.Shards, 1)
 	if opts.Shards < 1 || opts.Shards > 1024 {
 		return nil, fmt.Errorf("delayq: shard count %d outside 1..1024", opts.Shards)
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = "hg:"
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, "hg:")
 	q := &Queue{rdb: rdb, name: opts.Name, kind: opts.Kind, prefix: opts.Prefix}
 	for i := range opts.Shards {
 		q.keys = append(q.keys, newKeys(opts.Prefix, opts.Name, i))

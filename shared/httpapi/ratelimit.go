@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -37,9 +38,7 @@ func rateLimited(family ratelimit.Family, d ratelimit.Decision) *Problem {
 		who = "your network address"
 	}
 	verb := map[ratelimit.Family]string{ratelimit.Purchase: "purchases", ratelimit.Withdrawal: "withdrawal requests"}[family]
-	if verb == "" {
-		verb = "requests"
-	}
+	verb = cmp.Or(verb, "requests")
 	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited,
 		fmt.Sprintf("too many %s from %s; retry in %d s", verb, who, d.RetryAfterSeconds()))
 	p.RetryAfter = d.RetryAfterSeconds()

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -153,10 +154,7 @@ func (rt *Router) Serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) 
 
 func (rt *Router) serve(ctx context.Context, ev *events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, string) {
 	method := ev.RequestContext.HTTP.Method
-	path := ev.RawPath
-	if path == "" {
-		path = ev.RequestContext.HTTP.Path
-	}
+	path := cmp.Or(ev.RawPath, ev.RequestContext.HTTP.Path)
 	r, params, allow := rt.match(method, path)
 	if r == nil {
 		if len(allow) > 0 {

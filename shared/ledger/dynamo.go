@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -93,9 +94,7 @@ func NewDynamo(db DynamoAPI, tables Tables, q *delayq.Queue, opts DynamoOptions)
 	if opts.Grace <= 0 {
 		opts.Grace = time.Minute
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	return &Dynamo{db: db, tables: tables, q: q, opts: opts, log: opts.Logger}
 }
 

@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,9 +73,7 @@ func NewWorkQueue(cfg WorkQueueConfig) *WorkQueue {
 	if cfg.MaxReceives < 1 {
 		cfg.MaxReceives = 10
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.Default())
 	return &WorkQueue{cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), waiting: map[string]*message{}}
 }
 

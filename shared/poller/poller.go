@@ -9,6 +9,7 @@
 package poller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,27 +106,13 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Queues == nil || cfg.Dispatcher == nil || cfg.Clock == nil {
 		return nil, errors.New("poller: needs queues, a dispatcher and a clock")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = DefaultLease
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = DefaultRetryDelay
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.MetricsEvery == 0 {
-		cfg.MetricsEvery = 10 * time.Second
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.MetricsEvery = cmp.Or(cfg.MetricsEvery, 10*time.Second)
 	if cfg.Batch < 1 || cfg.Batch > delayq.MaxBatch || cfg.Lease <= 0 || cfg.Interval <= 0 {
 		return nil, fmt.Errorf("poller: bad settings: batch %d, lease %s, interval %s", cfg.Batch, cfg.Lease, cfg.Interval)
 	}

@@ -1,6 +1,7 @@
 package seckill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,21 +55,11 @@ type Report struct {
 }
 
 func (c *Compensation) defaults() {
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	if c.ReservedTimeout == 0 {
-		c.ReservedTimeout = DefaultReservedTimeout
-	}
-	if c.MaxRequeues == 0 {
-		c.MaxRequeues = DefaultMaxRequeues
-	}
-	if c.HoldGrace == 0 {
-		c.HoldGrace = DefaultHoldGrace
-	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
+	c.Log = cmp.Or(c.Log, slog.Default())
+	c.ReservedTimeout = cmp.Or(c.ReservedTimeout, DefaultReservedTimeout)
+	c.MaxRequeues = cmp.Or(c.MaxRequeues, DefaultMaxRequeues)
+	c.HoldGrace = cmp.Or(c.HoldGrace, DefaultHoldGrace)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 }
 
 // Run makes one pass over every registered item at now.

@@ -1,6 +1,7 @@
 package seckill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,15 +88,9 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Clock == nil {
 		return nil, errors.New("seckill: service needs a store and a clock")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Backlog == 0 {
-		cfg.Backlog = DefaultBacklog
-	}
-	if cfg.Hold == 0 {
-		cfg.Hold = DefaultHold
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Backlog = cmp.Or(cfg.Backlog, DefaultBacklog)
+	cfg.Hold = cmp.Or(cfg.Hold, DefaultHold)
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
 		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
 	}

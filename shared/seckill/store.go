@@ -1,6 +1,7 @@
 package seckill
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -57,9 +58,7 @@ type shardRef struct {
 
 // NewStore returns the Store on rdb with key prefix (default "hg:").
 func NewStore(rdb redis.Cmdable, prefix string) *Store {
-	if prefix == "" {
-		prefix = "hg:"
-	}
+	prefix = cmp.Or(prefix, "hg:")
 	return &Store{rdb: rdb, prefix: prefix}
 }
 

@@ -7,6 +7,7 @@ package signedpost
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,9 +75,7 @@ func New(o Options) (*Endpoint, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%s: negative %s timeout %s", o.Name, o.Party, o.Timeout)
 	}
-	if o.Timeout == 0 {
-		o.Timeout = o.DefaultTimeout
-	}
+	o.Timeout = cmp.Or(o.Timeout, o.DefaultTimeout)
 	if o.Timeout <= 0 {
 		// A zero deadline would fail every call before it is sent.
 		return nil, fmt.Errorf("%s: no %s timeout", o.Name, o.Party)

@@ -1,6 +1,7 @@
 package withdrawal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,21 +65,11 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	if cfg.Ledger == nil || cfg.Provider == nil || cfg.Notifier == nil || cfg.Clock == nil {
 		return nil, errors.New("withdrawal: processor needs a ledger, a provider, a notifier and a clock")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.RetryBase == 0 {
-		cfg.RetryBase = DefaultRetryBase
-	}
-	if cfg.RetryCap == 0 {
-		cfg.RetryCap = DefaultRetryCap
-	}
-	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = 30 * time.Second
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, DefaultRetryBase)
+	cfg.RetryCap = cmp.Or(cfg.RetryCap, DefaultRetryCap)
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 30*time.Second)
 	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 {
 		return nil, fmt.Errorf("withdrawal: bad payout settings: %d attempts, retry %s..%s, attempt timeout %s",
 			cfg.MaxAttempts, cfg.RetryBase, cfg.RetryCap, cfg.AttemptTimeout)

@@ -1,6 +1,7 @@
 package withdrawal
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -52,12 +53,8 @@ func NewService(cfg Config) (*Service, error) {
 	if err := cfg.Rules.Check(); err != nil {
 		return nil, err
 	}
-	if cfg.KeyLock == 0 {
-		cfg.KeyLock = DefaultKeyLock
-	}
-	if cfg.KeyRetention == 0 {
-		cfg.KeyRetention = DefaultKeyRetention
-	}
+	cfg.KeyLock = cmp.Or(cfg.KeyLock, DefaultKeyLock)
+	cfg.KeyRetention = cmp.Or(cfg.KeyRetention, DefaultKeyRetention)
 	return &Service{cfg: cfg}, nil
 }
 

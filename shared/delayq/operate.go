@@ -15,13 +15,9 @@ import (
 // give dead jobs another chance or forget them.
 
 var (
-	//go:embed lua/requeue.lua
-	requeueSrc string
-	//go:embed lua/purge.lua
-	purgeSrc string
-
-	requeueScript = redis.NewScript(requeueSrc)
-	purgeScript   = redis.NewScript(purgeSrc)
+	//go:embed lua/dead.lua
+	deadSrc    string
+	deadScript = redis.NewScript(deadSrc)
 )
 
 // Scheduled is a job waiting in a due set.
@@ -131,23 +127,7 @@ type Batch struct {
 // when none are named up to limit of the longest dead. Call it until Left is
 // 0 to requeue a whole shard.
 func (q *Queue) RequeueDead(ctx context.Context, n int, now time.Time, limit int, ids ...string) (Batch, error) {
-	k, err := q.shard(n)
-	if err != nil {
-		return Batch{}, err
-	}
-	args, err := batchArgs(limit, ids, now.UnixMilli())
-	if err != nil {
-		return Batch{}, err
-	}
-	res, err := requeueScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Dead}, args...).Slice()
-	if err != nil {
-		return Batch{}, fmt.Errorf("delayq: requeue dead jobs of %s: %w", k.Tag, err)
-	}
-	b, err := decodeBatch(res)
-	if err != nil {
-		return Batch{}, fmt.Errorf("delayq: requeue dead jobs of %s: %w", k.Tag, err)
-	}
-	return b, nil
+	return q.takeDead(ctx, n, "requeue", now, limit, ids)
 }
 
 // PurgeDead deletes dead jobs of shard n for good, in one script: the named
@@ -155,41 +135,34 @@ func (q *Queue) RequeueDead(ctx context.Context, n int, now time.Time, limit int
 // up to limit of the longest dead. Whatever records the jobs referred to stay
 // as they are.
 func (q *Queue) PurgeDead(ctx context.Context, n int, limit int, ids ...string) (Batch, error) {
+	return q.takeDead(ctx, n, "purge", time.Time{}, limit, ids)
+}
+
+// takeDead runs dead.lua on shard n: how is "requeue" or "purge".
+func (q *Queue) takeDead(ctx context.Context, n int, how string, now time.Time, limit int, ids []string) (Batch, error) {
 	k, err := q.shard(n)
 	if err != nil {
 		return Batch{}, err
 	}
-	args, err := batchArgs(limit, ids)
-	if err != nil {
-		return Batch{}, err
-	}
-	res, err := purgeScript.Run(ctx, q.rdb, []string{k.Dead}, args...).Slice()
-	if err != nil {
-		return Batch{}, fmt.Errorf("delayq: purge dead jobs of %s: %w", k.Tag, err)
-	}
-	b, err := decodeBatch(res)
-	if err != nil {
-		return Batch{}, fmt.Errorf("delayq: purge dead jobs of %s: %w", k.Tag, err)
-	}
-	return b, nil
-}
-
-// batchArgs are ARGV of requeue (lead: now) and purge: leading values, the
-// limit, then the ids.
-func batchArgs(limit int, ids []string, lead ...any) ([]any, error) {
 	if limit < 1 || limit > MaxBatch {
-		return nil, fmt.Errorf("delayq: batch limit %d outside 1..%d", limit, MaxBatch)
+		return Batch{}, fmt.Errorf("delayq: batch limit %d outside 1..%d", limit, MaxBatch)
 	}
 	if len(ids) > MaxBatch {
-		return nil, fmt.Errorf("delayq: %d ids in one batch, at most %d", len(ids), MaxBatch)
+		return Batch{}, fmt.Errorf("delayq: %d ids in one batch, at most %d", len(ids), MaxBatch)
 	}
-	args := make([]any, 0, len(lead)+1+len(ids))
-	args = append(args, lead...)
-	args = append(args, limit)
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, how, now.UnixMilli(), limit)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return args, nil
+	res, err := deadScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Dead}, args...).Slice()
+	if err == nil {
+		var b Batch
+		if b, err = decodeBatch(res); err == nil {
+			return b, nil
+		}
+	}
+	return Batch{}, fmt.Errorf("delayq: %s dead jobs of %s: %w", how, k.Tag, err)
 }
 
 func decodeBatch(res []any) (Batch, error) {

@@ -311,8 +311,9 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 		// by its token, one command whatever the batch size.
 		whole := refused == 0
 		if !r.More || i == ChainedBatches {
-			// Not acked: the lease expires and the jobs are sent again, which
-			// the consumer tolerates (it is idempotent); nothing is lost.
+			// The round's last batch is acked alone. Should an ack fail, the
+			// lease expires and the jobs are sent again, which the consumer
+			// tolerates (it is idempotent); nothing is lost.
 			if whole {
 				_, err = q.AckLease(ctx, n, c.Lease)
 			} else {
@@ -326,8 +327,9 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 
 // handOver dispatches a claim's jobs and schedules the refused ones again
 // after RetryDelay (a job we fail to re-schedule keeps its lease and comes
-// back when it expires). It returns the ids handed over, the number refused
-// and when those are due again (zero if none was refused).
+// back when it expires). It returns the number refused, when those are due
+// again and, only if some were refused (otherwise the whole lease is acked),
+// the ids handed over.
 func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.Claim) ([]string, int, time.Time, error) {
 	handed := p.cfg.Clock.Now()
 	if p.cfg.OnClaim != nil {
@@ -342,15 +344,15 @@ func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.
 	if derr != nil {
 		p.cfg.Logger.Error("dispatch failed", "queue", q.Name(), "shard", n, "refused", len(refused), "error", derr.Error())
 	}
-	var retryAt time.Time
+	if len(refused) == 0 {
+		return nil, 0, time.Time{}, nil
+	}
+	retryAt := p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
 	skip := make(map[string]bool, len(refused))
-	if len(refused) > 0 {
-		retryAt = p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
-		for _, j := range refused {
-			skip[j.ID] = true
-			if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
-				return nil, len(refused), retryAt, err
-			}
+	for _, j := range refused {
+		skip[j.ID] = true
+		if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
+			return nil, len(refused), retryAt, err
 		}
 	}
 	accepted := make([]string, 0, len(c.Jobs)-len(refused))

@@ -177,24 +177,8 @@ type Claim struct {
 // Claim returns up to limit expired leases of shard n to the due set, then
 // claims up to limit jobs due at now under a lease until now+lease.
 func (q *Queue) Claim(ctx context.Context, n int, now time.Time, lease time.Duration, limit int) (Claim, error) {
-	k, err := q.shard(n)
-	if err != nil {
-		return Claim{}, err
-	}
-	if limit < 1 || limit > MaxBatch {
-		return Claim{}, fmt.Errorf("delayq: claim limit %d outside 1..%d", limit, MaxBatch)
-	}
-	nowMS := now.UnixMilli()
-	token := now.Add(lease).UnixMilli()
-	res, err := claimScript.Run(ctx, q.rdb, []string{k.Due, k.Inflight, k.Lease}, nowMS, token, limit).Slice()
-	if err != nil {
-		return Claim{}, fmt.Errorf("delayq: claim %s: %w", k.Tag, err)
-	}
-	c, err := q.decodeClaim(n, token, res)
-	if err != nil {
-		return Claim{}, fmt.Errorf("delayq: claim %s: %w", k.Tag, err)
-	}
-	return c, nil
+	_, c, err := q.AckClaim(ctx, n, 0, false, nil, now, lease, limit)
+	return c, err
 }
 
 func (q *Queue) decodeClaim(n int, token int64, res []any) (Claim, error) {
@@ -252,25 +236,30 @@ func (q *Queue) Ack(ctx context.Context, n int, token int64, ids ...string) (int
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, token)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	acked, err := ackScript.Run(ctx, q.rdb, []string{k.Inflight}, args...).Int()
+	acked, err := ackScript.Run(ctx, q.rdb, []string{k.Inflight}, ackArgs(token, ids)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayq: ack %d jobs in %s: %w", len(ids), k.Tag, err)
 	}
 	return acked, nil
 }
 
+// ackArgs are ARGV of ack.lua: the lease token, then the ids.
+func ackArgs(token int64, ids []string) []any {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, token)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
+}
+
 // AckClaim acks jobs of shard n under lease token, then claims the next
 // batch (as Claim), in one round trip: a poller working through a backlog
 // pays one round trip per batch instead of two. With whole, every job still
 // under the lease is acked (as AckLease) and ids is not used; otherwise ids
-// are (as Ack). If the round trip fails, either step may have happened: jobs
-// not acked are sent again when their lease expires, jobs claimed come back
-// the same way; nothing is lost.
+// are (as Ack); with neither, it only claims. If the round trip fails, either
+// step may have happened: jobs not acked are sent again when their lease
+// expires, jobs claimed come back the same way; nothing is lost.
 func (q *Queue) AckClaim(ctx context.Context, n int, token int64, whole bool, ids []string, now time.Time, lease time.Duration, limit int) (int, Claim, error) {
 	k, err := q.shard(n)
 	if err != nil {
@@ -281,11 +270,7 @@ func (q *Queue) AckClaim(ctx context.Context, n int, token int64, whole bool, id
 	}
 	var args []any
 	if !whole {
-		args = make([]any, 0, len(ids)+1)
-		args = append(args, token)
-		for _, id := range ids {
-			args = append(args, id)
-		}
+		args = ackArgs(token, ids)
 	}
 	next := now.Add(lease).UnixMilli()
 	t := strconv.FormatInt(token, 10)

@@ -118,7 +118,7 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 func (c *Compensation) reserved(ctx context.Context, item string, n int, now time.Time, rep *Report) error {
 	k := c.Store.keys(item, n)
 	before := now.Add(-c.ReservedTimeout)
-	err := c.scan(ctx, k.Purchases, func(kv []string) error {
+	err := c.Store.scanHash(ctx, k.Purchases, func(kv []string) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			p, err := decodePurchase(item, n, kv[i], kv[i+1])
 			if err != nil || p.Status != Reserved || !p.CreatedAt.Before(before) {
@@ -133,7 +133,7 @@ func (c *Compensation) reserved(ctx context.Context, item string, n int, now tim
 	if err != nil {
 		return err
 	}
-	return c.scan(ctx, k.Users, func(kv []string) error {
+	return c.Store.scanHash(ctx, k.Users, func(kv []string) error {
 		var overdue []orderJob
 		for i := 0; i+1 < len(kv); i += 2 {
 			for _, ref := range parseEntry(kv[i+1]) {
@@ -164,23 +164,6 @@ func (c *Compensation) reserved(ctx context.Context, item string, n int, now tim
 		}
 		return nil
 	})
-}
-
-// scan runs fn over a hash, 500 fields at a time.
-func (c *Compensation) scan(ctx context.Context, key string, fn func(kv []string) error) error {
-	var cursor uint64
-	for {
-		kv, next, err := c.Store.rdb.HScan(ctx, key, cursor, "*", 500).Result()
-		if err != nil {
-			return err
-		}
-		if err := fn(kv); err != nil {
-			return err
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
-	}
 }
 
 // repair follows up one overdue reserved purchase of shard n.

@@ -534,12 +534,7 @@ func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
 func (s *Store) Purchases(ctx context.Context, item string, shards int) ([]Purchase, error) {
 	var out []Purchase
 	for home := range shards {
-		var cursor uint64
-		for {
-			kv, next, err := s.rdb.HScan(ctx, s.keys(item, home).Users, cursor, "*", 500).Result()
-			if err != nil {
-				return nil, fmt.Errorf("seckill: list buyers of %s: %w", item, err)
-			}
+		err := s.scanHash(ctx, s.keys(item, home).Users, func(kv []string) error {
 			for i := 0; i+1 < len(kv); i += 2 {
 				for _, ref := range parseEntry(kv[i+1]) {
 					if ref.shard < 0 {
@@ -547,15 +542,34 @@ func (s *Store) Purchases(ctx context.Context, item string, shards int) ([]Purch
 					}
 					p, err := s.purchase(ctx, item, ref.shard, orderJob{pid: ref.pid, qty: ref.qty, home: home, user: kv[i]})
 					if err != nil {
-						return nil, err
+						return err
 					}
 					out = append(out, p)
 				}
 			}
-			if cursor = next; cursor == 0 {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("seckill: list purchases of %s: %w", item, err)
 		}
 	}
 	return out, nil
+}
+
+// scanHash runs fn over the fields and values of a hash, 500 fields at a
+// time.
+func (s *Store) scanHash(ctx context.Context, key string, fn func(kv []string) error) error {
+	var cursor uint64
+	for {
+		kv, next, err := s.rdb.HScan(ctx, key, cursor, "*", 500).Result()
+		if err != nil {
+			return err
+		}
+		if err := fn(kv); err != nil {
+			return err
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }

@@ -331,7 +331,7 @@ func TestBackoffIsCappedAndJittered(t *testing.T) {
 	for attempt := 1; attempt <= 40; attempt++ {
 		d := p.Backoff(attempt)
 		want := withdrawal.DefaultRetryBase << (attempt - 1)
-		if attempt > 7 {
+		if attempt > 6 { // 30 s << 6 is 32 min, past the 30 min cap
 			want = withdrawal.DefaultRetryCap
 		}
 		if d < want/2 || d > want {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,13 +28,14 @@ type Provider struct {
 	secret []byte
 	delay  time.Duration
 
-	mu     sync.Mutex
-	script []int
-	rule   Rule
-	calls  map[string]int
-	paid   map[string]string
-	bodies map[string][]byte
-	log    []Call
+	mu      sync.Mutex
+	script  []int
+	rule    Rule
+	calls   map[string]int
+	paid    map[string]string
+	bodies  map[string][]byte
+	log     []Call
+	lookups int
 }
 
 // Rule decides the answer to the n-th call (from 1) under an idempotency
@@ -78,6 +80,10 @@ func (p *Provider) Slow(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock
 func (p *Provider) Decide(r Rule) { p.mu.Lock(); p.rule = r; p.mu.Unlock() }
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		p.lookup(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
 		p.t.Errorf("provider: bad signature: %v", err)
@@ -120,6 +126,34 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"payout_id": payoutID})
+}
+
+// lookup answers GET /{withdrawal_id}, signed over the id: paid with its
+// payout id, or 404 for a payout it never made (this fake settles every
+// request at once, so it has no pending ones).
+func (p *Provider) lookup(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimPrefix(r.URL.Path, "/")
+	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), []byte(id), time.Now(), time.Minute); err != nil {
+		p.t.Errorf("provider: bad lookup signature: %v", err)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	p.mu.Lock()
+	payoutID, paid := p.paid[id]
+	p.lookups++
+	p.mu.Unlock()
+	if !paid {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "paid", "payout_id": payoutID})
+}
+
+// Lookups is the number of status lookups answered.
+func (p *Provider) Lookups() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lookups
 }
 
 // Calls is the number of calls made under key, and whether key was paid.

@@ -106,6 +106,7 @@ func ResolveSecrets(ctx context.Context, cfg *config.Config) error {
 		{cfg.RedisAuthSecretARN, &cfg.RedisPassword},
 		{cfg.PayoutSecretARN, &cfg.PayoutSecret},
 		{cfg.FinanceSecretARN, &cfg.FinanceSecret},
+		{cfg.WebhookSecretARN, &cfg.PayoutWebhookSecret},
 	}
 	var api *secretsmanager.Client
 	for _, w := range wanted {
@@ -164,6 +165,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a.Service, err = withdrawal.NewService(withdrawal.Config{
 		Ledger: a.Ledger, Clock: a.Clock, Rules: rules, ShardFor: q.ShardFor, OnScheduled: a.notifyScheduled,
+		Logger: log, Metrics: a.Metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -313,12 +315,15 @@ func (a *App) queue(ctx context.Context, name string) (*delayq.Queue, error) {
 
 // Router returns the whole HTTP API, as the local stack serves it.
 func (a *App) Router() *httpapi.Router {
-	return a.router(a.withdrawalRoutes, a.seckillRoutes, a.opsRoutes)
+	return a.router(a.withdrawalRoutes, a.webhookRoutes, a.seckillRoutes, a.opsRoutes)
 }
 
-// WithdrawalAPI returns the enqueue function's routes: withdrawals, and the
-// operator and health routes every API function answers.
-func (a *App) WithdrawalAPI() *httpapi.Router { return a.router(a.withdrawalRoutes, a.opsRoutes) }
+// WithdrawalAPI returns the enqueue function's routes: withdrawals, the
+// payout provider's callbacks, and the operator and health routes every API
+// function answers.
+func (a *App) WithdrawalAPI() *httpapi.Router {
+	return a.router(a.withdrawalRoutes, a.webhookRoutes, a.opsRoutes)
+}
 
 // SeckillAPI returns the seckill function's routes: the flash sale, and the
 // operator and health routes every API function answers.
@@ -336,6 +341,11 @@ func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
 
 func (a *App) withdrawalRoutes(rt *httpapi.Router) {
 	httpapi.Withdrawals{Service: a.Service, Limiter: a.Limiter}.Register(rt)
+}
+
+func (a *App) webhookRoutes(rt *httpapi.Router) {
+	httpapi.PayoutWebhooks{Service: a.Service, Secret: a.Config.PayoutWebhookSecret.Bytes(), Clock: a.Clock,
+		Limiter: a.Limiter}.Register(rt)
 }
 
 func (a *App) seckillRoutes(rt *httpapi.Router) {
@@ -358,10 +368,11 @@ func (a *App) Provider(simulated bool) (withdrawal.Provider, error) {
 			return nil, errors.New("app: PAYOUT_URL must be set")
 		}
 		a.Log.Warn("PAYOUT_URL is not set: payouts are simulated")
-		return payout.Simulated{Logger: a.Log}, nil
+		return &payout.Simulated{Logger: a.Log}, nil
 	}
 	return payout.New(payout.Config{
 		URL: a.Config.PayoutURL, Secret: a.Config.PayoutSecret.Bytes(), Timeout: a.Config.PayoutTimeout, Clock: a.Clock,
+		NoLookup: !a.Config.PayoutLookup,
 	})
 }
 
@@ -393,8 +404,9 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 		MaxAttempts: a.Config.MaxAttempts, RetryBase: a.Config.RetryBase, RetryCap: a.Config.RetryCap,
 		// An attempt may be taken over once the provider call has surely
 		// ended: its timeout, plus room for the ledger writes around it.
-		AttemptTimeout: 2*a.Config.PayoutTimeout + 5*time.Second,
-		Metrics:        a.Metrics,
+		AttemptTimeout:    2*a.Config.PayoutTimeout + 5*time.Second,
+		IdempotencyWindow: a.Config.PayoutIdempotencyWindow,
+		Metrics:           a.Metrics,
 	})
 }
 

@@ -191,7 +191,7 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		}
 		for _, m := range created {
 			w, err := a.Service.Get(ctx, m.user, m.id)
-			if err != nil || !w.Status.Final() || !w.Notified {
+			if err != nil || !w.Status.Final() || w.Untold() {
 				return false
 			}
 		}

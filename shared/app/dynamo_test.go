@@ -364,8 +364,8 @@ func TestDynamoLedgerSurvivesRedisDataLoss(t *testing.T) {
 		unsettled = unsettled[:0]
 		for id, user := range ids {
 			w, err := s.a.Service.Get(context.Background(), user, id)
-			if err != nil || w.Status != withdrawal.Paid || !w.Notified {
-				unsettled = append(unsettled, fmt.Sprintf("%s %s notified=%v %v", id, w.Status, w.Notified, err))
+			if err != nil || w.Status != withdrawal.Paid || w.Untold() {
+				unsettled = append(unsettled, fmt.Sprintf("%s %s notified=%v %v", id, w.Status, !w.Untold(), err))
 			}
 		}
 		if len(unsettled) == 0 || time.Now().After(deadline) {
@@ -551,6 +551,16 @@ func (p *countingProvider) Pay(_ context.Context, w withdrawal.Withdrawal) (stri
 	return "po_" + w.ID, nil
 }
 
+// Lookup answers like the provider it stands for: what it paid, it paid.
+func (p *countingProvider) Lookup(_ context.Context, w withdrawal.Withdrawal) (withdrawal.Lookup, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls[w.ID] > 0 {
+		return withdrawal.Lookup{State: withdrawal.LookupPaid, PayoutID: "po_" + w.ID}, nil
+	}
+	return withdrawal.Lookup{State: withdrawal.LookupNotFound}, nil
+}
+
 func (p *countingProvider) count(id string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -659,7 +669,7 @@ func TestDynamoLongDelayWaitsInTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err = e.svc.Get(ctx, "alice", w.ID)
-	if err != nil || w.Status != withdrawal.Paid || w.Attempts != 1 || w.PayoutID != "po_"+w.ID || !w.ProcessedAt.Equal(due) || !w.Notified {
+	if err != nil || w.Status != withdrawal.Paid || w.Attempts != 1 || w.PayoutID != "po_"+w.ID || !w.ProcessedAt.Equal(due) || w.Untold() {
 		t.Fatalf("after processing at due: %+v %v", w, err)
 	}
 	if calls := e.provider.count(w.ID); calls != 1 {

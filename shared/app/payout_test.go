@@ -152,7 +152,7 @@ func (s *stack) drain(t *testing.T, user, id string) withdrawal.Withdrawal {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w.Status.Final() && w.Notified {
+		if w.Status.Final() && !w.Untold() {
 			return w
 		}
 		time.Sleep(5 * time.Millisecond)

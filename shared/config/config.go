@@ -56,6 +56,16 @@ type Config struct {
 	PayoutURL     string        `env:"PAYOUT_URL"`
 	PayoutSecret  Secret        `env:"PAYOUT_SIGNING_SECRET" envDefault:"dev-secret"`
 	PayoutTimeout time.Duration `env:"PAYOUT_TIMEOUT" envDefault:"10s"`
+	// PayoutIdempotencyWindow is how long the provider remembers an
+	// idempotency key: a payout request first sent longer ago is never sent
+	// again blind (the lookup settles it, or an operator).
+	PayoutIdempotencyWindow time.Duration `env:"PAYOUT_IDEMPOTENCY_WINDOW" envDefault:"24h"`
+	// PayoutLookup says whether the provider answers the status lookup
+	// GET $PAYOUT_URL/{withdrawal_id}; off for one that has none.
+	PayoutLookup bool `env:"PAYOUT_LOOKUP" envDefault:"true"`
+	// PayoutWebhookSecret authenticates the provider's callbacks
+	// (POST /v1/webhooks/payouts).
+	PayoutWebhookSecret Secret `env:"PAYOUT_WEBHOOK_SECRET" envDefault:"dev-webhook-secret"`
 
 	FinanceWebhookURL string `env:"FINANCE_WEBHOOK_URL"`
 	FinanceSecret     Secret `env:"FINANCE_SIGNING_SECRET" envDefault:"dev-finance-secret"`
@@ -66,6 +76,7 @@ type Config struct {
 	RedisAuthSecretARN string `env:"REDIS_AUTH_SECRET_ARN"`
 	PayoutSecretARN    string `env:"PAYOUT_SIGNING_SECRET_ARN"`
 	FinanceSecretARN   string `env:"FINANCE_SIGNING_SECRET_ARN"`
+	WebhookSecretARN   string `env:"PAYOUT_WEBHOOK_SECRET_ARN"`
 
 	// WorkQueueURL is the SQS queue the poller sends due jobs to (AWS).
 	WorkQueueURL string `env:"WORK_QUEUE_URL"`
@@ -129,6 +140,7 @@ type Config struct {
 	RatePurchaseSource   string `env:"HOURGLASS_RATE_PURCHASE_SOURCE"`
 	RateWithdrawalUser   string `env:"HOURGLASS_RATE_WITHDRAWAL_USER"`
 	RateWithdrawalSource string `env:"HOURGLASS_RATE_WITHDRAWAL_SOURCE"`
+	RateWebhookSource    string `env:"HOURGLASS_RATE_WEBHOOK_SOURCE"`
 }
 
 // LambdaRates are the rate limits a Lambda function applies when its
@@ -140,6 +152,7 @@ var LambdaRates = map[string]string{
 	"HOURGLASS_RATE_PURCHASE_SOURCE":   "100/s:200",
 	"HOURGLASS_RATE_WITHDRAWAL_USER":   "10/m",
 	"HOURGLASS_RATE_WITHDRAWAL_SOURCE": "600/m",
+	"HOURGLASS_RATE_WEBHOOK_SOURCE":    "50/s:100",
 }
 
 // rates lists the rate settings with the field each fills.
@@ -155,6 +168,7 @@ func (c *Config) rates() []struct {
 		{"HOURGLASS_RATE_PURCHASE_SOURCE", &c.RatePurchaseSource},
 		{"HOURGLASS_RATE_WITHDRAWAL_USER", &c.RateWithdrawalUser},
 		{"HOURGLASS_RATE_WITHDRAWAL_SOURCE", &c.RateWithdrawalSource},
+		{"HOURGLASS_RATE_WEBHOOK_SOURCE", &c.RateWebhookSource},
 	}
 }
 
@@ -177,6 +191,7 @@ func (c Config) RateRules() (map[ratelimit.Family]ratelimit.Rule, error) {
 			User:   parse("HOURGLASS_RATE_WITHDRAWAL_USER", c.RateWithdrawalUser),
 			Source: parse("HOURGLASS_RATE_WITHDRAWAL_SOURCE", c.RateWithdrawalSource),
 		},
+		ratelimit.Webhook: {Source: parse("HOURGLASS_RATE_WEBHOOK_SOURCE", c.RateWebhookSource)},
 	}
 	return rules, errors.Join(errs...)
 }
@@ -292,7 +307,8 @@ func (c Config) problems() []problem {
 		name string
 		d    time.Duration
 	}{
-		{"PAYOUT_TIMEOUT", c.PayoutTimeout}, {"HOURGLASS_POLL_INTERVAL", c.PollInterval},
+		{"PAYOUT_TIMEOUT", c.PayoutTimeout}, {"PAYOUT_IDEMPOTENCY_WINDOW", c.PayoutIdempotencyWindow},
+		{"HOURGLASS_POLL_INTERVAL", c.PollInterval},
 		{"HOURGLASS_MAX_DELAY", c.MaxDelay}, {"HOURGLASS_RETRY_BASE", c.RetryBase}, {"HOURGLASS_RETRY_CAP", c.RetryCap},
 		{"HOURGLASS_LEASE", c.Lease}, {"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval},
 		{"HOURGLASS_VISIBILITY_TIMEOUT", c.Visibility},

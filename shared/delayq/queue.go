@@ -149,6 +149,37 @@ func (q *Queue) Add(ctx context.Context, n int, id string, due time.Time) error 
 	return nil
 }
 
+// AddNoEarlier schedules job id on shard n at due, unless it is scheduled
+// later already (ZADD GT): a follow-up that must not pull an existing later
+// schedule forward.
+func (q *Queue) AddNoEarlier(ctx context.Context, n int, id string, due time.Time) error {
+	k, err := q.shard(n)
+	if err != nil {
+		return err
+	}
+	if err := q.rdb.ZAddGT(ctx, k.Due, redis.Z{Score: float64(due.UnixMilli()), Member: id}).Err(); err != nil {
+		return fmt.Errorf("delayq: add %s to %s: %w", id, k.Tag, err)
+	}
+	return nil
+}
+
+// DueAt reports when job id of shard n is scheduled, and false if it is not
+// (it may be leased, or absent).
+func (q *Queue) DueAt(ctx context.Context, n int, id string) (time.Time, bool, error) {
+	k, err := q.shard(n)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	score, err := q.rdb.ZScore(ctx, k.Due, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("delayq: look up %s in %s: %w", id, k.Tag, err)
+	}
+	return time.UnixMilli(int64(score)).UTC(), true, nil
+}
+
 // Cancel removes a scheduled (not claimed) job; it reports whether it was there.
 func (q *Queue) Cancel(ctx context.Context, n int, id string) (bool, error) {
 	k, err := q.shard(n)

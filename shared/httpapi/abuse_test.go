@@ -464,6 +464,7 @@ func TestRateLimitStatsShape(t *testing.T) {
 		"purchase": {"per_user": "off", "per_source": "50/s:100", "refused_user": 0.0, "refused_source": 0.0, "errors": 0.0},
 		"withdrawal": {"per_user": "off", "per_source": "off", "refused_user": 0.0, "refused_source": 0.0,
 			"errors": 0.0},
+		"webhook": {"per_user": "off", "per_source": "off", "refused_user": 0.0, "refused_source": 0.0, "errors": 0.0},
 	}
 	if diff := cmp.Diff(want, snap.RateLimits); diff != "" {
 		t.Errorf("rate_limits (-want +got):\n%s", diff)

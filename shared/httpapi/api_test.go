@@ -1114,7 +1114,8 @@ func begin(t *testing.T, s *stack, user, id string) {
 	t.Helper()
 	now := time.Now()
 	w, start, err := s.app.Ledger.Begin(context.Background(),
-		withdrawal.Ref{Shard: s.app.Withdrawals.ShardFor(user), ID: id}, now, now.Add(time.Minute))
+		withdrawal.Ref{Shard: s.app.Withdrawals.ShardFor(user), ID: id},
+		withdrawal.Begin{Attempt: withdrawal.NewAttemptID(now), Now: now, Until: now.Add(time.Minute)})
 	if err != nil || start != withdrawal.StartAttempt || w.Status != withdrawal.Processing {
 		t.Fatalf("begin: %v %v %v", w.Status, start, err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/seckill"
+	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 // The contract of api/openapi.yaml, checked against the router both ways and
@@ -363,6 +364,30 @@ func TestOpenAPIResponses(t *testing.T) {
 		dev := newStack(t, u, devMode)
 		wantStatus(t, sp.invoke(t, dev, payload(t, "withdrawal-create", "", devUser("dev-user"), key("dev")), true), 202)
 		wantStatus(t, sp.invoke(t, dev, payload(t, "admin-stats", "", noAuthorizer, header("x-admin-token", "test-admin-token")), true), 200)
+	})
+
+	t.Run("payout callbacks", func(t *testing.T) {
+		s := newStack(t, u, map[string]string{"HOURGLASS_RATE_WEBHOOK_SOURCE": "3/m"})
+		v, _ := s.create(t, key("oa-cb"))
+		sign := func(raw string) []byte { return callback(t, webhookSecret, raw, time.Time{}) }
+		wantStatus(t, sp.invoke(t, s, sign(callbackBody("oa-1", v.ID, "paid")), true), 200)
+		checkProblem(t, sp.invoke(t, s, sign(`{"event_id":"oa-2"}`), false), want{status: 400, code: "validation_failed",
+			fields: []string{"withdrawal_id", "status"}})
+		checkProblem(t, sp.invoke(t, s, sign(callbackBody("oa-3", withdrawal.NewID(time.Now()), "paid")), false),
+			want{status: 404, code: "not_found"})
+		checkProblem(t, sp.invoke(t, s, sign(callbackBody("oa-4", v.ID, "paid")), false),
+			want{status: 429, code: "rate_limited", retryAfter: true})
+		other := newStack(t, u, nil)
+		checkProblem(t, sp.invoke(t, other, rawFixture(t, "webhook-payout"), false), want{status: 401, code: "unauthenticated"})
+		checkProblem(t, sp.invoke(t, other, payload(t, "webhook-payout", "", header("content-type", "text/plain")), false),
+			want{status: 415, code: "unsupported_media_type"})
+		checkProblem(t, sp.invoke(t, other, payload(t, "webhook-payout", "", body(strings.Repeat(" ", 17<<10))), false),
+			want{status: 413, code: "payload_too_large"})
+		srv := redistest.Start(t)
+		down := newStack(t, srv.URL(), nil)
+		srv.Kill()
+		checkProblem(t, sp.invoke(t, down, sign(callbackBody("oa-5", v.ID, "paid")), false),
+			want{status: 503, code: "unavailable", retryAfter: true})
 	})
 
 	t.Run("flash sale", func(t *testing.T) {

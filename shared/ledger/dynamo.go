@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -139,12 +140,19 @@ func (it item) boolean(k string) bool {
 	return ok && v.Value
 }
 
+func (it item) strings(k string) []string {
+	if v, ok := it[k].(*types.AttributeValueMemberSS); ok {
+		return v.Value
+	}
+	return nil
+}
+
 // stateKey is the by_state index key of a withdrawal, "" for none.
 func stateKey(w withdrawal.Withdrawal) string {
 	switch {
 	case !w.Status.Final():
 		return string(w.Status)
-	case w.Status != withdrawal.Cancelled && !w.Notified:
+	case w.Untold():
 		return unnotified
 	}
 	return ""
@@ -155,7 +163,7 @@ func encodeWithdrawal(w withdrawal.Withdrawal) item {
 		"id": s(w.ID), "user_id": s(w.UserID), "shard": n(int64(w.Shard)), "status": s(string(w.Status)),
 		"amount": s(w.Amount.String()), "currency": s(w.Currency), "dest": s(w.Destination),
 		"due_at": ms(w.DueAt), "created_at": ms(w.CreatedAt), "updated_at": ms(w.UpdatedAt),
-		"attempts": n(int64(w.Attempts)), "notified": &types.AttributeValueMemberBOOL{Value: w.Notified},
+		"attempts": n(int64(w.Attempts)), "op": s(cmp.Or(w.Op, newOp())),
 	}
 	if k := stateKey(w); k != "" {
 		it["state_key"] = s(k)
@@ -173,7 +181,9 @@ func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 		Amount: amount, Currency: it.str("currency"), Destination: it.str("dest"),
 		DueAt: it.time("due_at"), CreatedAt: it.time("created_at"), UpdatedAt: it.time("updated_at"),
 		Attempts: int(it.num("attempts")), LastError: it.str("last_error"), PayoutID: it.str("payout_id"),
-		ProcessedAt: it.time("processed_at"), ProcessingUntil: it.time("until"), Notified: it.boolean("notified"),
+		ProcessedAt: it.time("processed_at"), ProcessingUntil: it.time("until"), Told: withdrawal.Status(it.str("told")),
+		MaybePaid: it.boolean("maybe_paid"), FirstSentAt: it.time("first_sent"), Attempt: it.str("aid"), Op: it.str("op"),
+		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"),
 	}, nil
 }
 
@@ -233,6 +243,11 @@ func (d *Dynamo) Reserve(ctx context.Context, r withdrawal.Reservation) (withdra
 		return withdrawal.KeyState{}, errors.New("ledger: idempotency key changed while reserving; retry")
 	case cur.str("state") == "done":
 		st.Phase, st.Response = withdrawal.KeyCompleted, []byte(cur.str("resp"))
+		return st, nil
+	case st.ID == r.ID && st.Fingerprint == r.Fingerprint:
+		// Held for this request's own candidate id: our put landed and its
+		// answer was lost, and the SDK's resend found it.
+		st.Phase = withdrawal.KeyAcquired
 		return st, nil
 	case cur.num("lock_until") > r.Now.UnixMilli() || st.Fingerprint != r.Fingerprint:
 		st.Phase = withdrawal.KeyInFlight
@@ -382,16 +397,45 @@ func (d *Dynamo) List(ctx context.Context, userID string, limit int, after strin
 	return ws, nil
 }
 
-// update applies a conditional update and returns the record after it, or
-// (with ok false) the record as it stands when the condition failed.
-func (d *Dynamo) update(ctx context.Context, id, expr, cond string, names map[string]string, vals item) (withdrawal.Withdrawal, bool, error) {
+// change is one conditional update of a withdrawal.
+type change struct {
+	set, remove, add string // the clauses, without their keywords
+	cond             string
+	names            map[string]string
+	vals             item
+}
+
+// update applies c, stamping the record with a new op (the id of this
+// write), and returns the record after it (ok), or as it stands when the
+// condition failed (not ok). The condition also requires that the record
+// does not carry our op yet, so a resent write never applies twice (its
+// update may not be idempotent: attempts + 1); a record that carries our op
+// after a failed condition was changed by this very write: it landed, its
+// answer was lost, and the SDK sent it again.
+func (d *Dynamo) update(ctx context.Context, id string, c change) (withdrawal.Withdrawal, bool, error) {
+	op := newOp()
+	vals := item{":op": s(op)}
+	for k, v := range c.vals {
+		vals[k] = v
+	}
+	expr := "SET op = :op"
+	if c.set != "" {
+		expr += ", " + c.set
+	}
+	if c.remove != "" {
+		expr += " REMOVE " + c.remove
+	}
+	if c.add != "" {
+		expr += " ADD " + c.add
+	}
 	in := &dynamodb.UpdateItemInput{
 		TableName: &d.tables.Withdrawals, Key: item{"id": s(id)},
-		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+		UpdateExpression:          aws.String(expr),
+		ConditionExpression:       aws.String("(" + c.cond + ") AND (attribute_not_exists(op) OR op <> :op)"),
 		ExpressionAttributeValues: vals, ReturnValues: types.ReturnValueAllNew,
 	}
-	if len(names) > 0 {
-		in.ExpressionAttributeNames = names
+	if len(c.names) > 0 {
+		in.ExpressionAttributeNames = c.names
 	}
 	out, err := d.db.UpdateItem(ctx, in)
 	if err == nil {
@@ -408,18 +452,33 @@ func (d *Dynamo) update(ctx context.Context, id, expr, cond string, names map[st
 	if !found {
 		return withdrawal.Withdrawal{}, false, fmt.Errorf("ledger: %s: %w", id, withdrawal.ErrNotFound)
 	}
-	return cur, false, nil
+	return cur, cur.Op == op, nil
+}
+
+// unchanged is the condition that the record's last write is still w's: a
+// compare-and-set on what the caller read.
+func unchanged(w withdrawal.Withdrawal, vals item) string {
+	if w.Op == "" {
+		return "attribute_not_exists(op)"
+	}
+	vals[":seen"] = s(w.Op)
+	return "op = :seen"
 }
 
 var statusName = map[string]string{"#status": "status"}
 
+var statusUntil = map[string]string{"#status": "status", "#until": "until"}
+
 // Cancel implements withdrawal.Ledger.
 func (d *Dynamo) Cancel(ctx context.Context, userID, id string, now time.Time) (withdrawal.Withdrawal, error) {
-	w, ok, err := d.update(ctx, id,
-		"SET #status = :cancelled, updated_at = :now REMOVE state_key",
-		"user_id = :u AND (#status = :scheduled OR #status = :retrying)", statusName,
-		item{":cancelled": s(string(withdrawal.Cancelled)), ":now": ms(now), ":u": s(userID),
-			":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying))})
+	w, ok, err := d.update(ctx, id, change{
+		set:    "#status = :cancelled, updated_at = :now",
+		remove: "state_key",
+		cond:   "user_id = :u AND (#status = :scheduled OR #status = :retrying) AND attribute_not_exists(maybe_paid)",
+		names:  statusName,
+		vals: item{":cancelled": s(string(withdrawal.Cancelled)), ":now": ms(now), ":u": s(userID),
+			":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying))},
+	})
 	switch {
 	case errors.Is(err, withdrawal.ErrNotFound):
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
@@ -439,77 +498,237 @@ func (d *Dynamo) Cancel(ctx context.Context, userID, id string, now time.Time) (
 	return w, withdrawal.ErrNotCancellable
 }
 
-// Begin implements withdrawal.Ledger.
-func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.Time) (withdrawal.Withdrawal, withdrawal.Start, error) {
-	w, ok, err := d.update(ctx, ref.ID,
-		"SET #status = :processing, attempts = attempts + :one, #until = :until, updated_at = :now, state_key = :processing",
-		"((#status = :scheduled OR #status = :retrying) AND due_at <= :latest) OR (#status = :processing AND #until <= :now)",
-		map[string]string{"#status": "status", "#until": "until"},
-		item{":processing": s(string(withdrawal.Processing)), ":one": n(1), ":until": ms(until), ":now": ms(now),
-			":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying)),
-			":latest": ms(now.Add(ClockSkew))})
-	if err != nil {
-		return withdrawal.Withdrawal{}, 0, err
-	}
-	switch {
-	case ok:
-		return w, withdrawal.StartAttempt, nil
-	case w.Status == withdrawal.Processing:
-		// Follow the running attempt up at its deadline, as the Redis
-		// ledger does, so a consumer that died mid-attempt is taken over.
-		if err := d.q.Add(ctx, w.Shard, w.ID, w.ProcessingUntil); err != nil {
-			return w, 0, err
-		}
-		return w, withdrawal.StartBusy, nil
-	case w.Status.Final():
-		return w, withdrawal.StartFinal, nil
-	}
-	return w, withdrawal.StartNotDue, nil
-}
-
-// Finish implements withdrawal.Ledger.
-func (d *Dynamo) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r withdrawal.Result) (withdrawal.Withdrawal, error) {
-	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
-	}
-	w, ok, err := d.update(ctx, ref.ID,
-		"SET #status = :st, processed_at = :at, updated_at = :at, payout_id = :pid, last_error = :err, state_key = :unnotified REMOVE #until",
-		"#status = :processing AND attempts = :attempt",
-		map[string]string{"#status": "status", "#until": "until"},
-		item{":st": s(string(r.Status)), ":at": ms(r.At), ":pid": s(r.PayoutID), ":err": s(r.LastError),
-			":unnotified": s(unnotified), ":processing": s(string(withdrawal.Processing)), ":attempt": n(int64(attempt))})
+// Find implements withdrawal.Ledger.
+func (d *Dynamo) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
+	w, ok, err := d.load(ctx, id)
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
 	if !ok {
-		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 	}
 	return w, nil
 }
 
+// Begin implements withdrawal.Ledger. The common case, a due record no
+// call may have paid, is one conditional write; the others (the record may
+// have been paid, a dead attempt to take over, our own write answered late)
+// are told apart from the record the failed condition returns, and written
+// as a compare-and-set on it.
+func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin) (withdrawal.Withdrawal, withdrawal.Start, error) {
+	begun := func() item {
+		return item{":processing": s(string(withdrawal.Processing)), ":until": ms(b.Until), ":now": ms(b.Now),
+			":aid": s(b.Attempt)}
+	}
+	const start = "#status = :processing, #until = :until, updated_at = :now, state_key = :processing, aid = :aid"
+	vals := begun()
+	vals[":one"], vals[":scheduled"], vals[":retrying"] = n(1), s(string(withdrawal.Scheduled)), s(string(withdrawal.Retrying))
+	vals[":latest"] = ms(b.Now.Add(ClockSkew))
+	w, ok, err := d.update(ctx, ref.ID, change{
+		set:   start + ", attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now)",
+		cond:  "(#status = :scheduled OR #status = :retrying) AND due_at <= :latest AND attribute_not_exists(maybe_paid)",
+		names: statusUntil, vals: vals,
+	})
+	for range 4 {
+		switch {
+		case err != nil:
+			return withdrawal.Withdrawal{}, 0, err
+		case ok || (w.Status == withdrawal.Processing && w.Attempt == b.Attempt):
+			return w, withdrawal.StartAttempt, nil
+		case w.Status.Final():
+			return w, withdrawal.StartFinal, nil
+		case w.Status != withdrawal.Processing && w.DueAt.After(b.Now.Add(ClockSkew)):
+			// A job that came early: put it back at the record's time.
+			d.schedule(ctx, w, b.Now)
+			return w, withdrawal.StartNotDue, nil
+		case w.Status != withdrawal.Processing:
+			// Due, but a call may have paid it: the attempt settles first
+			// and counts a call only when it sends one.
+			vals := begun()
+			w, ok, err = d.update(ctx, ref.ID, change{set: start, cond: unchanged(w, vals), names: statusUntil, vals: vals})
+		case w.ProcessingUntil.After(b.Now):
+			// Follow the running attempt up at its deadline, so a consumer
+			// that died mid-attempt is taken over; never earlier than the
+			// job's schedule (a retry the attempt recorded meanwhile).
+			if err := d.q.AddNoEarlier(ctx, w.Shard, w.ID, w.ProcessingUntil); err != nil {
+				return w, 0, err
+			}
+			return w, withdrawal.StartBusy, nil
+		default:
+			// Take over an attempt past its deadline: its consumer died,
+			// perhaps after its request left, so the payout may have been
+			// made.
+			vals := begun()
+			vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
+			w, ok, err = d.update(ctx, ref.ID, change{set: start + ", maybe_paid = :t", cond: unchanged(w, vals),
+				names: statusUntil, vals: vals})
+		}
+	}
+	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: the record keeps changing", ref.ID)
+}
+
+// attemptOf is the condition that attempt still runs.
+func attemptOf(attempt string, vals item) string {
+	vals[":processing"], vals[":aid"] = s(string(withdrawal.Processing)), s(attempt)
+	return "#status = :processing AND aid = :aid"
+}
+
+// Send implements withdrawal.Ledger.
+func (d *Dynamo) Send(ctx context.Context, ref withdrawal.Ref, attempt string, now time.Time, neverReceived bool) (withdrawal.Withdrawal, error) {
+	vals := item{":one": n(1), ":now": ms(now)}
+	c := change{set: "attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), updated_at = :now",
+		cond: attemptOf(attempt, vals), names: statusName, vals: vals}
+	if neverReceived {
+		c.remove = "maybe_paid"
+	}
+	w, ok, err := d.update(ctx, ref.ID, c)
+	if err == nil && !ok {
+		err = fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
+	}
+	return w, err
+}
+
+// Finish implements withdrawal.Ledger.
+func (d *Dynamo) Finish(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.Result) (withdrawal.Withdrawal, error) {
+	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
+	}
+	vals := item{":st": s(string(r.Status)), ":at": ms(r.At), ":pid": s(r.PayoutID), ":err": s(r.LastError),
+		":unnotified": s(unnotified)}
+	w, ok, err := d.update(ctx, ref.ID, change{
+		set:    "#status = :st, processed_at = :at, updated_at = :at, payout_id = :pid, last_error = :err, state_key = :unnotified",
+		remove: "#until, maybe_paid",
+		cond:   attemptOf(attempt, vals), names: statusUntil, vals: vals,
+	})
+	if err == nil && !ok {
+		err = fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
+	}
+	return w, err
+}
+
 // Retry implements withdrawal.Ledger: the record, then the schedule.
-func (d *Dynamo) Retry(ctx context.Context, ref withdrawal.Ref, attempt int, at, now time.Time, lastError string) (withdrawal.Withdrawal, error) {
-	w, ok, err := d.update(ctx, ref.ID,
-		"SET #status = :retrying, due_at = :at, updated_at = :now, last_error = :err, state_key = :retrying REMOVE #until",
-		"#status = :processing AND attempts = :attempt",
-		map[string]string{"#status": "status", "#until": "until"},
-		item{":retrying": s(string(withdrawal.Retrying)), ":at": ms(at), ":now": ms(now), ":err": s(lastError),
-			":processing": s(string(withdrawal.Processing)), ":attempt": n(int64(attempt))})
+func (d *Dynamo) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.RetryAt) (withdrawal.Withdrawal, error) {
+	vals := item{":retrying": s(string(withdrawal.Retrying)), ":at": ms(r.At), ":now": ms(r.Now), ":err": s(r.LastError)}
+	set := "#status = :retrying, due_at = :at, updated_at = :now, last_error = :err, state_key = :retrying"
+	if r.MaybePaid {
+		set += ", maybe_paid = :t"
+		vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
+	w, ok, err := d.update(ctx, ref.ID, change{set: set, remove: "#until", cond: attemptOf(attempt, vals),
+		names: statusUntil, vals: vals})
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
 	if !ok {
 		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
 	}
-	if err := d.q.RetryAt(ctx, w.Shard, w.ID, 0, at); err != nil {
+	if err := d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At); err != nil {
 		d.log.Warn("retry recorded but not scheduled; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
 	}
 	return w, nil
 }
 
+// Resolve implements withdrawal.Ledger.
+func (d *Dynamo) Resolve(ctx context.Context, id string, r withdrawal.Resolution) (withdrawal.Withdrawal, error) {
+	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s as %q: not a final payout status", id, r.Status)
+	}
+	w, err := d.Find(ctx, id)
+	for range 4 {
+		switch {
+		case err != nil:
+			return withdrawal.Withdrawal{}, err
+		case w.Status == r.Status:
+			return w, nil
+		case w.Status.Final():
+			return w, fmt.Errorf("ledger: %s is %s already: %w", id, w.Status, withdrawal.ErrNotResolvable)
+		case w.Status == withdrawal.Processing && w.ProcessingUntil.After(r.At):
+			return w, fmt.Errorf("ledger: %s: a payout attempt runs until %s; try again after it: %w",
+				id, w.ProcessingUntil.Format(time.RFC3339), withdrawal.ErrNotResolvable)
+		}
+		vals := item{":st": s(string(r.Status)), ":at": ms(r.At), ":by": s(r.By), ":unnotified": s(unnotified)}
+		set := "#status = :st, processed_at = :at, updated_at = :at, resolved_by = :by, resolved_at = :at, state_key = :unnotified"
+		if r.Status == withdrawal.Paid {
+			set, vals[":pid"] = set+", payout_id = :pid", s(r.PayoutID)
+		} else {
+			set, vals[":err"] = set+", last_error = :err", s(r.Reason)
+		}
+		var ok bool
+		w, ok, err = d.update(ctx, id, change{set: set, remove: "#until, maybe_paid", cond: unchanged(w, vals),
+			names: statusUntil, vals: vals})
+		if err == nil && ok {
+			d.tell(ctx, w, r.At)
+			return w, nil
+		}
+	}
+	return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: the record keeps changing", id)
+}
+
+// Apply implements withdrawal.Ledger: read, decide the step, then write it
+// with the event id as a compare-and-set on what was read.
+func (d *Dynamo) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
+	for range 10 {
+		out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: &d.tables.Withdrawals, Key: item{"id": s(id)}, ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: read %s: %w", id, err)
+		}
+		if len(out.Item) == 0 {
+			return withdrawal.Withdrawal{}, 0, withdrawal.ErrNotFound
+		}
+		w, err := decodeWithdrawal(out.Item)
+		if err != nil {
+			return withdrawal.Withdrawal{}, 0, err
+		}
+		if slices.Contains(item(out.Item).strings("events"), c.EventID) {
+			return w, withdrawal.Duplicate, nil
+		}
+		to, applied := withdrawal.Step(w.Status, c.Status)
+		vals := item{":ev": &types.AttributeValueMemberSS{Value: []string{c.EventID}}, ":e": s(c.EventID)}
+		ch := change{add: "events :ev", names: map[string]string{}}
+		ch.cond = unchanged(w, vals) + " AND NOT contains(events, :e)"
+		if applied == withdrawal.Changed {
+			ch.set = "#status = :st, processed_at = :at, updated_at = :at, state_key = :unnotified"
+			ch.remove = "#until, maybe_paid"
+			ch.names = statusUntil
+			vals[":st"], vals[":at"], vals[":unnotified"] = s(string(to)), ms(c.At), s(unnotified)
+			if c.PayoutID != "" {
+				ch.set, vals[":pid"] = ch.set+", payout_id = :pid", s(c.PayoutID)
+			}
+			if to == withdrawal.Failed {
+				ch.set, vals[":err"] = ch.set+", last_error = :err", s(c.Reason)
+			}
+		}
+		ch.vals = vals
+		got, ok, err := d.update(ctx, id, ch)
+		if err != nil {
+			return withdrawal.Withdrawal{}, 0, err
+		}
+		if ok {
+			if applied == withdrawal.Changed {
+				d.tell(ctx, got, c.At)
+			}
+			return got, applied, nil
+		}
+	}
+	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
+}
+
+// tell schedules the job of a withdrawal settled outside an attempt, so
+// that the consumer tells finance (the reconciler does if this fails).
+func (d *Dynamo) tell(ctx context.Context, w withdrawal.Withdrawal, now time.Time) {
+	if err := d.q.Add(ctx, w.Shard, w.ID, now); err != nil {
+		d.log.Warn("settled but not scheduled to tell finance; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
+	}
+}
+
 // MarkNotified implements withdrawal.Ledger.
-func (d *Dynamo) MarkNotified(ctx context.Context, ref withdrawal.Ref) error {
-	_, _, err := d.update(ctx, ref.ID, "SET notified = :t REMOVE state_key", "attribute_exists(id)", nil,
-		item{":t": &types.AttributeValueMemberBOOL{Value: true}})
+func (d *Dynamo) MarkNotified(ctx context.Context, ref withdrawal.Ref, status withdrawal.Status) error {
+	_, _, err := d.update(ctx, ref.ID, change{set: "told = :st", remove: "state_key", cond: "#status = :st",
+		names: statusName, vals: item{":st": s(string(status))}})
+	if errors.Is(err, withdrawal.ErrNotFound) {
+		return nil
+	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hourglass/hourglass/internal/dynalitetest"
+	"github.com/hourglass/hourglass/internal/lostreply"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
@@ -43,7 +44,8 @@ func TestDynamoLedgerConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := ledger.NewDynamo(db.Client(), freshTables(t, db), q, ledger.DynamoOptions{Logger: slog.New(slog.DiscardHandler)})
-		return ledgertest.Backend{Ledger: l, Queue: q}
+		sw := &lostreply.Switch{}
+		l := ledger.NewDynamo(sw.Dynamo(db.Client()), freshTables(t, db), q, ledger.DynamoOptions{Logger: slog.New(slog.DiscardHandler)})
+		return ledgertest.Backend{Ledger: l, Queue: q, Lose: sw}
 	})
 }

@@ -124,3 +124,17 @@ func (d *Dynamo) queued(ctx context.Context, ws []withdrawal.Withdrawal) ([]bool
 	}
 	return d.q.Holds(ctx, refs)
 }
+
+// Outstanding runs fn over every withdrawal on its way (scheduled, retrying
+// or processing), from the sparse by_state index: what `hourglass payouts
+// unresolved` looks through.
+func (d *Dynamo) Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) error) error {
+	far := time.Now().Add(100 * 365 * 24 * time.Hour)
+	for _, key := range []withdrawal.Status{withdrawal.Scheduled, withdrawal.Retrying, withdrawal.Processing} {
+		err := d.scan(ctx, string(key), far, func(w withdrawal.Withdrawal, _ bool) error { return fn(w) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

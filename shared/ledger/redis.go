@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 
@@ -37,6 +38,12 @@ var (
 	notifiedSrc string
 	//go:embed lua/purge_keys.lua
 	purgeKeysSrc string
+	//go:embed lua/send.lua
+	sendSrc string
+	//go:embed lua/resolve.lua
+	resolveSrc string
+	//go:embed lua/apply.lua
+	applySrc string
 
 	reserveScript   = redis.NewScript(reserveSrc)
 	releaseScript   = redis.NewScript(releaseSrc)
@@ -47,7 +54,18 @@ var (
 	retryScript     = redis.NewScript(retrySrc)
 	notifiedScript  = redis.NewScript(notifiedSrc)
 	purgeKeysScript = redis.NewScript(purgeKeysSrc)
+	sendScript      = redis.NewScript(sendSrc)
+	resolveScript   = redis.NewScript(resolveSrc)
+	applyScript     = redis.NewScript(applySrc)
 )
+
+// keptEvents bounds the callback event ids a record keeps to tell a replay.
+const keptEvents = 16
+
+// newOp names one ledger write: the write stores it, so that a write whose
+// answer was lost and which was sent again (go-redis and the AWS SDK resend
+// on a dropped connection) is recognised as our own.
+func newOp() string { return ulid.Make().String() }
 
 // ClockSkew is how far a consumer's clock may run behind the poller's that
 // claimed a job before the job counts as not due yet.
@@ -229,14 +247,35 @@ func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (w
 	}
 }
 
+// Find implements withdrawal.Ledger: the record is on its owner's shard,
+// which the id does not tell, so every shard is asked in one round trip.
+func (l *Redis) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
+	cmds := make([]*redis.MapStringStringCmd, l.q.Shards())
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n := range cmds {
+			cmds[n] = p.HGetAll(ctx, recordKey(l.q.Keys(n), id))
+		}
+		return nil
+	})
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: find %s: %w", id, err)
+	}
+	for n, c := range cmds {
+		if len(c.Val()) > 0 {
+			return decodeRecord(n, c.Val())
+		}
+	}
+	return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+}
+
 // Begin implements withdrawal.Ledger.
-func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.Time) (withdrawal.Withdrawal, withdrawal.Start, error) {
+func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin) (withdrawal.Withdrawal, withdrawal.Start, error) {
 	k, err := l.shardKeys(ref.Shard)
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, err
 	}
 	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, openKey(k)},
-		now.UnixMilli(), until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID).Slice()
+		b.Now.UnixMilli(), b.Until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID, b.Attempt).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
 	}
@@ -250,8 +289,22 @@ func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, now, until time.T
 	return w, withdrawal.Start(code), nil
 }
 
+// Send implements withdrawal.Ledger.
+func (l *Redis) Send(ctx context.Context, ref withdrawal.Ref, attempt string, now time.Time, neverReceived bool) (withdrawal.Withdrawal, error) {
+	k, err := l.shardKeys(ref.Shard)
+	if err != nil {
+		return withdrawal.Withdrawal{}, err
+	}
+	res, err := sendScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
+		attempt, now.UnixMilli(), flag(neverReceived), newOp()).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: count the call of %s: %w", ref.ID, err)
+	}
+	return transitioned(ref, res)
+}
+
 // Finish implements withdrawal.Ledger.
-func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r withdrawal.Result) (withdrawal.Withdrawal, error) {
+func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.Result) (withdrawal.Withdrawal, error) {
 	k, err := l.shardKeys(ref.Shard)
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
@@ -260,7 +313,7 @@ func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r w
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
 	}
 	res, err := finishScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)},
-		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError, ref.ID).Slice()
+		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError, ref.ID, newOp()).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s: %w", ref.ID, err)
 	}
@@ -268,17 +321,90 @@ func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt int, r w
 }
 
 // Retry implements withdrawal.Ledger.
-func (l *Redis) Retry(ctx context.Context, ref withdrawal.Ref, attempt int, at, now time.Time, lastError string) (withdrawal.Withdrawal, error) {
+func (l *Redis) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.RetryAt) (withdrawal.Withdrawal, error) {
 	k, err := l.shardKeys(ref.Shard)
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
 	res, err := retryScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, k.Inflight, openKey(k)},
-		attempt, at.UnixMilli(), now.UnixMilli(), lastError, ref.ID).Slice()
+		attempt, r.At.UnixMilli(), r.Now.UnixMilli(), r.LastError, ref.ID, flag(r.MaybePaid), newOp()).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: retry %s: %w", ref.ID, err)
 	}
 	return transitioned(ref, res)
+}
+
+// Resolve implements withdrawal.Ledger.
+func (l *Redis) Resolve(ctx context.Context, id string, r withdrawal.Resolution) (withdrawal.Withdrawal, error) {
+	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s as %q: not a final payout status", id, r.Status)
+	}
+	w, err := l.Find(ctx, id)
+	if err != nil {
+		return withdrawal.Withdrawal{}, err
+	}
+	k := l.q.Keys(w.Shard)
+	res, err := resolveScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
+		string(r.Status), r.PayoutID, r.Reason, r.By, r.At.UnixMilli(), id, newOp()).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
+	}
+	code, got, err := decodeReply(w.Shard, res)
+	switch {
+	case err != nil:
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
+	case code == 0:
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	case code == 3:
+		return got, fmt.Errorf("ledger: %s is %s already: %w", id, got.Status, withdrawal.ErrNotResolvable)
+	case code == 4:
+		return got, fmt.Errorf("ledger: %s: a payout attempt runs until %s; try again after it: %w",
+			id, got.ProcessingUntil.Format(time.RFC3339), withdrawal.ErrNotResolvable)
+	}
+	return got, nil
+}
+
+// Apply implements withdrawal.Ledger: read, decide the step, then write it
+// if the record did not move meanwhile (a compare-and-set on its last write).
+func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
+	w, err := l.Find(ctx, id)
+	if err != nil {
+		return withdrawal.Withdrawal{}, 0, err
+	}
+	k := l.q.Keys(w.Shard)
+	op := newOp()
+	for range 10 {
+		to, applied := withdrawal.Step(w.Status, c.Status)
+		move := ""
+		if applied == withdrawal.Changed {
+			move = string(to)
+		}
+		res, err := applyScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
+			w.Op, c.EventID, move, c.PayoutID, c.Reason, c.At.UnixMilli(), id, op, keptEvents).Slice()
+		if err != nil {
+			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback %s to %s: %w", c.EventID, id, err)
+		}
+		code, got, err := decodeReply(w.Shard, res)
+		switch {
+		case err != nil:
+			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: %w", id, err)
+		case code == 0:
+			return withdrawal.Withdrawal{}, 0, withdrawal.ErrNotFound
+		case code == 1:
+			return got, applied, nil
+		case code == 3:
+			return got, withdrawal.Duplicate, nil
+		}
+		w = got // it moved: decide again
+	}
+	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func transitioned(ref withdrawal.Ref, res []any) (withdrawal.Withdrawal, error) {
@@ -295,12 +421,12 @@ func transitioned(ref withdrawal.Ref, res []any) (withdrawal.Withdrawal, error) 
 }
 
 // MarkNotified implements withdrawal.Ledger.
-func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref) error {
+func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref, status withdrawal.Status) error {
 	k, err := l.shardKeys(ref.Shard)
 	if err != nil {
 		return err
 	}
-	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)}, ref.ID).Err(); err != nil {
+	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)}, ref.ID, string(status)).Err(); err != nil {
 		return fmt.Errorf("ledger: mark %s notified: %w", ref.ID, err)
 	}
 	return nil
@@ -369,7 +495,11 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 		Destination: f["dest"],
 		LastError:   f["last_error"],
 		PayoutID:    f["payout_id"],
-		Notified:    f["notified"] == "1",
+		Told:        withdrawal.Status(f["told"]),
+		MaybePaid:   f["maybe"] == "1",
+		Attempt:     f["aid"],
+		Op:          f["op"],
+		ResolvedBy:  f["resolved_by"],
 	}
 	var err error
 	if w.Amount, err = decimal.NewFromString(f["amount"]); err != nil {
@@ -381,6 +511,7 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 	}{
 		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {"updated", &w.UpdatedAt},
 		{"processed", &w.ProcessedAt}, {"until", &w.ProcessingUntil},
+		{"first_sent", &w.FirstSentAt}, {"resolved_at", &w.ResolvedAt},
 	} {
 		v := f[t.field]
 		if v == "" {

@@ -64,7 +64,7 @@ func (l *Redis) repair(ctx context.Context, n int, ids []string, now time.Time, 
 	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			if !held[i] {
-				cmds[i] = p.HMGet(ctx, recordKey(k, id), "status", "notified")
+				cmds[i] = p.HMGet(ctx, recordKey(k, id), "status", "told")
 			}
 		}
 		return nil
@@ -78,14 +78,14 @@ func (l *Redis) repair(ctx context.Context, n int, ids []string, now time.Time, 
 		}
 		v := cmds[i].Val()
 		status, _ := v[0].(string)
-		notified, _ := v[1].(string)
+		told, _ := v[1].(string)
 		switch withdrawal.Status(status) {
 		case withdrawal.Scheduled, withdrawal.Retrying:
 			rep.Scheduled++
 		case withdrawal.Processing:
 			rep.Redispatched++
-		case withdrawal.Paid, withdrawal.Failed:
-			if notified == "1" {
+		case withdrawal.Paid, withdrawal.Failed, withdrawal.Returned:
+			if told == status {
 				continue
 			}
 			rep.Renotified++
@@ -94,6 +94,46 @@ func (l *Redis) repair(ctx context.Context, n int, ids []string, now time.Time, 
 		}
 		if err := l.q.Add(ctx, n, id, now); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Outstanding runs fn over every withdrawal not done with (the open sets),
+// a page at a time: what `hourglass payouts unresolved` looks through.
+func (l *Redis) Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) error) error {
+	for n := range l.q.Shards() {
+		k := l.q.Keys(n)
+		for offset := int64(0); ; offset += reconcileBatch {
+			ids, err := l.rdb.ZRange(ctx, openKey(k), offset, offset+reconcileBatch-1).Result()
+			if err != nil {
+				return fmt.Errorf("ledger: outstanding in %s: %w", k.Tag, err)
+			}
+			cmds := make([]*redis.MapStringStringCmd, len(ids))
+			_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, id := range ids {
+					cmds[i] = p.HGetAll(ctx, recordKey(k, id))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("ledger: outstanding in %s: %w", k.Tag, err)
+			}
+			for _, c := range cmds {
+				if len(c.Val()) == 0 {
+					continue
+				}
+				w, err := decodeRecord(n, c.Val())
+				if err != nil {
+					return err
+				}
+				if err := fn(w); err != nil {
+					return err
+				}
+			}
+			if len(ids) < reconcileBatch {
+				break
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/internal/lostreply"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
@@ -27,8 +30,16 @@ func TestRedisLedgerConformance(t *testing.T) {
 			if err := rb.Client.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			q := newQueue(t, rb, 4)
-			return ledgertest.Backend{Ledger: ledger.NewRedis(rb.Client, q), Queue: q}
+			// A client of its own with a switch that loses answers.
+			sw := &lostreply.Switch{}
+			c := redis.NewClient(rb.Client.Options())
+			t.Cleanup(func() { _ = c.Close() })
+			c.AddHook(sw.Hook())
+			q, err := delayq.New(c, delayq.Options{Name: withdrawal.QueueName, Kind: withdrawal.JobKind, Shards: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ledgertest.Backend{Ledger: ledger.NewRedis(c, q), Queue: q, Lose: sw}
 		})
 	})
 }

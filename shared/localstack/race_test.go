@@ -40,6 +40,10 @@ func (p *payouts) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, err
 	return p.inner.Pay(ctx, w)
 }
 
+func (p *payouts) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawal.Lookup, error) {
+	return p.inner.Lookup(ctx, w)
+}
+
 func (p *payouts) of(id string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -101,9 +101,13 @@ func FuzzPayResponse(f *testing.F) {
 		if pe.Status != status && !redirect {
 			t.Fatalf("%d answered id %q, %v; want a *payout.Error with the status", status, id, err)
 		}
-		wantPermanent := status >= 400 && status <= 499 && status != 408 && status != 429
+		notVerdict := status == 401 || status == 403 || status == 409
+		wantPermanent := status >= 400 && status <= 499 && status != 408 && status != 429 && !notVerdict
 		if pe.Permanent != wantPermanent || errors.Is(err, withdrawal.ErrPermanent) != wantPermanent {
 			t.Fatalf("%d permanent %v, want %v", status, pe.Permanent, wantPermanent)
+		}
+		if got := errors.Is(err, withdrawal.ErrRejected) || errors.Is(err, withdrawal.ErrOutcomeUnknown); got != notVerdict && !redirect {
+			t.Fatalf("%d taken for a verdict on the payout: %v (%v)", status, !got, err)
 		}
 		msg := err.Error()
 		if strings.ContainsFunc(msg, func(r rune) bool { return unicode.IsControl(r) || unicode.In(r, unicode.Cf) }) {

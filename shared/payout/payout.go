@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -43,11 +42,16 @@ type Config struct {
 	HTTPClient *http.Client
 	// Clock stamps signatures; nil means clock.System.
 	Clock clock.Clock
+	// NoLookup says the provider offers no status lookup (PAYOUT_LOOKUP=off):
+	// Lookup then asks nothing. A provider without one may well answer 404
+	// to any GET, which would otherwise read as "never received".
+	NoLookup bool
 }
 
 // Client is the payout provider's HTTP client. It is safe for concurrent use.
 type Client struct {
 	endpoint *signedpost.Endpoint
+	noLookup bool
 }
 
 // New checks cfg and returns a Client.
@@ -66,7 +70,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{endpoint: e}, nil
+	return &Client{endpoint: e, noLookup: cfg.NoLookup}, nil
 }
 
 // Error is a failed provider call. Status is the HTTP status, 0 if there was
@@ -76,17 +80,24 @@ type Error struct {
 	Status    int
 	Permanent bool
 	// Unknown: no answer came after the request may have reached the
-	// provider, so it may have paid (errors.Is withdrawal.ErrOutcomeUnknown).
+	// provider, or it answered that it is still processing the key (409),
+	// so it may have paid (errors.Is withdrawal.ErrOutcomeUnknown).
 	Unknown bool
-	Msg     string
-	Err     error
+	// Rejected: the provider refused our credentials or signature (401,
+	// 403), not the payout (errors.Is withdrawal.ErrRejected).
+	Rejected bool
+	Msg      string
+	Err      error
 }
 
 func (e *Error) Error() string { return "payout: " + e.Msg }
 
-// Is lets errors.Is(err, withdrawal.ErrOutcomeUnknown) tell an unanswered
-// call from a refusal.
-func (e *Error) Is(target error) bool { return e.Unknown && target == withdrawal.ErrOutcomeUnknown }
+// Is lets errors.Is tell an unanswered call (withdrawal.ErrOutcomeUnknown)
+// and a refusal of our credentials (withdrawal.ErrRejected) from a refusal
+// of the payout.
+func (e *Error) Is(target error) bool {
+	return (e.Unknown && target == withdrawal.ErrOutcomeUnknown) || (e.Rejected && target == withdrawal.ErrRejected)
+}
 
 // Unwrap lets errors.Is(err, withdrawal.ErrPermanent) decide on retries.
 func (e *Error) Unwrap() error {
@@ -123,9 +134,10 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	}
 	resp, err := c.endpoint.Post(ctx, body, w.ID)
 	if err != nil {
-		// Only a call that never connected surely did not pay.
-		var op *net.OpError
-		unknown := !(errors.As(err, &op) && op.Op == "dial")
+		// Only a request that never reached the provider in full surely did
+		// not pay; one written in full and not answered may have.
+		var pe *signedpost.PostError
+		unknown := !errors.As(err, &pe) || pe.Sent
 		return "", &Error{Msg: "call provider: " + err.Error(), Err: err, Unknown: unknown}
 	}
 
@@ -147,14 +159,80 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	if s := signedpost.Clean(resp.Text(), maxSnippet); s != "" {
 		msg += ": " + s
 	}
-	return "", &Error{Status: code, Permanent: permanent(code), Msg: msg}
+	return "", classify(code, msg)
 }
 
-// permanent tells a refusal no retry can change (a 4xx) from a failure
-// worth retrying: 408 and 429 ask for a retry, 5xx is the provider's fault,
-// 3xx means a misconfigured URL an operator can fix.
-func permanent(code int) bool {
-	return code >= 400 && code <= 499 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
+// classify reads a non-2xx answer to a payout request. 401 and 403 are
+// about our credentials and 409 means the provider still processes the key
+// (it may pay): neither is a verdict on the payout. 408 and 429 ask for a
+// retry, 5xx is the provider's fault, 3xx means a misconfigured URL an
+// operator can fix. Any other 4xx refuses the payout for good.
+func classify(code int, msg string) *Error {
+	e := &Error{Status: code, Msg: msg}
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		e.Rejected = true
+	case code == http.StatusConflict:
+		e.Unknown = true
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
+	case code >= 400 && code <= 499:
+		e.Permanent = true
+	}
+	return e
+}
+
+// Lookup asks the provider what became of w's payout: GET $PAYOUT_URL/{id},
+// signed over the id. 200 {"status":"paid"|"failed"|"pending","payout_id"}
+// is an answer, 404 means the provider never received the request; any
+// other answer, or none, settles nothing (an error), and 405 or 501 mean the
+// provider has no lookup (withdrawal.ErrNoLookup).
+func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawal.Lookup, error) {
+	if c.noLookup {
+		return withdrawal.Lookup{}, fmt.Errorf("payout: %w (PAYOUT_LOOKUP=off)", withdrawal.ErrNoLookup)
+	}
+	if !validKey(w.ID) {
+		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)
+	}
+	resp, err := c.endpoint.Get(ctx, w.ID)
+	if err != nil {
+		return withdrawal.Lookup{}, &Error{Msg: "look up payout: " + err.Error(), Err: err}
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusNotFound:
+		return withdrawal.Lookup{State: withdrawal.LookupNotFound}, nil
+	case code == http.StatusMethodNotAllowed || code == http.StatusNotImplemented:
+		return withdrawal.Lookup{}, fmt.Errorf("payout: provider answered %s to the lookup: %w", statusLine(code), withdrawal.ErrNoLookup)
+	case code != http.StatusOK:
+		msg := "lookup answered " + statusLine(code)
+		if s := signedpost.Clean(resp.Text(), maxSnippet); s != "" {
+			msg += ": " + s
+		}
+		return withdrawal.Lookup{}, &Error{Status: code, Msg: msg}
+	}
+	var answer struct {
+		Status   string `json:"status"`
+		PayoutID string `json:"payout_id"`
+		Reason   string `json:"reason"`
+	}
+	if err := json.Unmarshal(resp.Body, &answer); err != nil {
+		return withdrawal.Lookup{}, &Error{Status: resp.StatusCode, Msg: "lookup answer is not JSON: " + signedpost.Clean(resp.Text(), maxSnippet)}
+	}
+	lk := withdrawal.Lookup{Reason: signedpost.Clean(answer.Reason, maxSnippet)}
+	if validPayoutID(answer.PayoutID) {
+		lk.PayoutID = answer.PayoutID
+	}
+	switch answer.Status {
+	case "paid":
+		lk.State = withdrawal.LookupPaid
+	case "failed":
+		lk.State = withdrawal.LookupFailed
+	case "pending":
+		lk.State = withdrawal.LookupPending
+	default:
+		return withdrawal.Lookup{}, &Error{Status: resp.StatusCode,
+			Msg: fmt.Sprintf("lookup answered status %q, not paid, failed or pending", signedpost.Clean(answer.Status, maxSnippet))}
+	}
+	return lk, nil
 }
 
 func statusLine(code int) string {

@@ -17,7 +17,7 @@ import (
 
 func TestSimulated(t *testing.T) {
 	var buf bytes.Buffer
-	sim := payout.Simulated{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	sim := &payout.Simulated{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
 	w := testWithdrawal()
 
 	first, err := sim.Pay(t.Context(), w)
@@ -62,7 +62,7 @@ func TestSimulated(t *testing.T) {
 }
 
 func TestSimulatedNilLogger(t *testing.T) {
-	var p withdrawal.Provider = payout.Simulated{}
+	var p withdrawal.Provider = &payout.Simulated{}
 	if id, err := p.Pay(t.Context(), testWithdrawal()); err != nil || id != "sim_wd_01J0TEST" {
 		t.Fatalf("Pay = %q, %v", id, err)
 	}
@@ -71,7 +71,7 @@ func TestSimulatedNilLogger(t *testing.T) {
 func TestSimulatedCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := payout.Simulated{}.Pay(ctx, testWithdrawal())
+	_, err := (&payout.Simulated{}).Pay(ctx, testWithdrawal())
 	if err == nil || errors.Is(err, withdrawal.ErrPermanent) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Pay = %v, want a transient context.Canceled", err)
 	}

@@ -30,10 +30,13 @@ const (
 	Purchase Family = "purchase"
 	// Withdrawal: POST /v1/withdrawals.
 	Withdrawal Family = "withdrawal"
+	// Webhook: POST /v1/webhooks/payouts, per source only (the caller is
+	// the payout provider, authenticated by its signature).
+	Webhook Family = "webhook"
 )
 
 // Families lists every family, in a stable order.
-var Families = []Family{Purchase, Withdrawal}
+var Families = []Family{Purchase, Withdrawal, Webhook}
 
 // Limit is a rate: Rate events per Period with bursts up to Burst. The zero
 // Limit is off.

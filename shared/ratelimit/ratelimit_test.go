@@ -142,6 +142,7 @@ func TestAllow(t *testing.T) {
 		want := map[ratelimit.Family]ratelimit.FamilyStats{
 			ratelimit.Purchase:   {PerUser: "3/m", PerSource: "5/m", RefusedUser: 1, RefusedSource: 1},
 			ratelimit.Withdrawal: {PerUser: "off", PerSource: "off"},
+			ratelimit.Webhook:    {PerUser: "off", PerSource: "off"},
 		}
 		if diff := cmp.Diff(want, l.Stats()); diff != "" {
 			t.Errorf("stats (-want +got):\n%s", diff)

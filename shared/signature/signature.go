@@ -67,12 +67,14 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 		tolerance = DefaultTolerance
 	}
 	sec, _ := strconv.ParseInt(ts, 10, 64) // parse checked it
-	age := now.Sub(time.Unix(sec, 0))
-	switch {
-	case age > tolerance:
-		return fmt.Errorf("%w: signed %s ago, tolerance %s", ErrTimestamp, age.Truncate(time.Second), tolerance)
-	case -age > tolerance:
-		return fmt.Errorf("%w: signed %s in the future, tolerance %s", ErrTimestamp, (-age).Truncate(time.Second), tolerance)
+	// In whole seconds, not as a Duration: a timestamp centuries away would
+	// overflow one (and the overflow would pass for "now").
+	limit := int64(tolerance / time.Second)
+	switch age := now.Unix() - sec; {
+	case sec > now.Unix()+limit:
+		return fmt.Errorf("%w: signed %ds in the future, tolerance %s", ErrTimestamp, sec-now.Unix(), tolerance)
+	case age > limit:
+		return fmt.Errorf("%w: signed %ds ago, tolerance %s", ErrTimestamp, age, tolerance)
 	}
 	return nil
 }

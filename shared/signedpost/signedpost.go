@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -136,8 +138,8 @@ func (r Response) Text() string {
 	return s
 }
 
-// PostError is a POST that got no answer: the request could not be built or
-// sent, or no answer came in time.
+// PostError is a request (a POST, or a Get) that got no answer: it could not
+// be built or sent, or no answer came in time.
 type PostError struct {
 	// Where is the URL as Endpoint.Where gives it.
 	Where string
@@ -147,6 +149,11 @@ type PostError struct {
 	// Err is the cause, without the *url.Error around it: that repeats the
 	// full URL, credentials and all.
 	Err error
+	// Sent: the request was written in full before the call failed, so the
+	// server may have acted on it. A request never written in full (no
+	// connection, a write that failed, a caller that gave up first) cannot
+	// have been acted on: without its whole body there is nothing to act on.
+	Sent bool
 }
 
 func (e *PostError) Error() string {
@@ -163,15 +170,42 @@ func (e *PostError) Unwrap() error { return e.Err }
 // returns whatever status the server answered. Its error, if any, is a
 // *PostError.
 func (e *Endpoint) Post(ctx context.Context, body []byte, idempotencyKey string) (Response, error) {
+	return e.do(ctx, http.MethodPost, e.url, body, body, idempotencyKey)
+}
+
+// Get sends a GET of the endpoint's URL with "/"+name appended (name is
+// path-escaped), signed over name as if it were the body: the signature
+// then names what is asked for. Its error, if any, is a *PostError.
+func (e *Endpoint) Get(ctx context.Context, name string) (Response, error) {
+	return e.do(ctx, http.MethodGet, strings.TrimSuffix(e.url, "/")+"/"+url.PathEscape(name), nil, []byte(name), "")
+}
+
+func (e *Endpoint) do(ctx context.Context, method, target string, body, signed []byte, idempotencyKey string) (Response, error) {
 	callCtx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, e.url, bytes.NewReader(body))
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
+	var sent atomic.Bool
+	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				sent.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(callCtx, method, target, reader)
 	if err != nil {
 		return Response{}, &PostError{Where: e.where, Err: err}
 	}
-	sig := signature.Sign(e.secret, e.clock.Now(), body)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", idempotencyKey)
+	sig := signature.Sign(e.secret, e.clock.Now(), signed)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", idempotencyKey)
+	}
 	req.Header.Set(signature.Header, sig)
 	if e.userAgent != "" {
 		req.Header.Set("User-Agent", e.userAgent)
@@ -179,7 +213,7 @@ func (e *Endpoint) Post(ctx context.Context, body []byte, idempotencyKey string)
 
 	resp, err := e.client.Do(req)
 	if err != nil {
-		pe := &PostError{Where: e.where, Err: err}
+		pe := &PostError{Where: e.where, Err: err, Sent: sent.Load()}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			pe.Err = ue.Err

@@ -30,16 +30,38 @@ type Ledger interface {
 	// ErrNotCancellable with the record.
 	Cancel(ctx context.Context, userID, id string, now time.Time) (Withdrawal, error)
 
-	// Begin starts a payout attempt (see Start) and returns the record.
-	Begin(ctx context.Context, ref Ref, now, until time.Time) (Withdrawal, Start, error)
-	// Finish records the result of attempt number attempt: paid or failed.
-	// It returns ErrStale if that attempt was taken over.
-	Finish(ctx context.Context, ref Ref, attempt int, r Result) (Withdrawal, error)
-	// Retry records a transient failure of attempt and schedules the next one
-	// at at. It returns ErrStale if that attempt was taken over.
-	Retry(ctx context.Context, ref Ref, attempt int, at, now time.Time, lastError string) (Withdrawal, error)
-	// MarkNotified records that finance was told of the final outcome.
-	MarkNotified(ctx context.Context, ref Ref) error
+	// Find returns withdrawal id whoever owns it (operators, provider
+	// callbacks), or ErrNotFound.
+	Find(ctx context.Context, id string) (Withdrawal, error)
+
+	// Begin starts a payout attempt named b.Attempt (see Start) and returns
+	// the record. An attempt on a record with no call that may have paid is
+	// counted at once (it sends); one on a record that may have been paid
+	// settles first (a lookup) and counts itself with Send if it sends.
+	Begin(ctx context.Context, ref Ref, b Begin) (Withdrawal, Start, error)
+	// Send records that attempt is about to send the payout request: it
+	// counts the call, stamps the first send, and, with neverReceived (the
+	// provider's lookup said it never got the request), forgets that an
+	// earlier call may have paid. It returns ErrStale if the attempt was
+	// taken over.
+	Send(ctx context.Context, ref Ref, attempt string, now time.Time, neverReceived bool) (Withdrawal, error)
+	// Finish records the final result of attempt: paid or failed. It
+	// returns ErrStale if that attempt was taken over.
+	Finish(ctx context.Context, ref Ref, attempt string, r Result) (Withdrawal, error)
+	// Retry records that attempt ended without a verdict and schedules the
+	// next one at r.At. It returns ErrStale if that attempt was taken over.
+	Retry(ctx context.Context, ref Ref, attempt string, r RetryAt) (Withdrawal, error)
+	// Resolve settles withdrawal id by an operator's word (paid with a
+	// payout id, or failed with a reason). It returns ErrNotResolvable when
+	// the withdrawal ended otherwise or an attempt is running, ErrNotFound
+	// when there is none.
+	Resolve(ctx context.Context, id string, r Resolution) (Withdrawal, error)
+	// Apply applies a provider's callback to withdrawal id, once per event
+	// id, never moving the withdrawal backwards.
+	Apply(ctx context.Context, id string, c Callback) (Withdrawal, Applied, error)
+	// MarkNotified records that finance was told that the withdrawal is
+	// status (a withdrawal returned meanwhile is told again).
+	MarkNotified(ctx context.Context, ref Ref, status Status) error
 }
 
 // IdemKey is an idempotency key, scoped to its user. Shard is the user's shard.
@@ -82,21 +104,36 @@ type KeyState struct {
 	Response    []byte
 }
 
+// Begin asks to start a payout attempt.
+type Begin struct {
+	// Attempt names the attempt: unique, it is what the attempt's later
+	// writes are fenced by, and how a write whose answer was lost and
+	// resent is recognised as its own.
+	Attempt string
+	Now     time.Time
+	// Until is the attempt's deadline: past it, another consumer may take
+	// the withdrawal over (the first one died).
+	Until time.Time
+}
+
 // Start is the outcome of Begin.
 type Start int
 
 // Begin outcomes.
 const (
-	// StartAttempt: the record is now processing under a new attempt; call the
-	// provider.
+	// StartAttempt: the record is now processing under the new attempt.
+	// If the record's MaybePaid is clear, the attempt was counted and sends;
+	// otherwise it settles the earlier call first (see Ledger.Send).
 	StartAttempt Start = iota + 1
 	// StartBusy: another consumer's attempt is running and not yet overdue.
-	// The ledger has scheduled the job again for the attempt's deadline, so
-	// this delivery is done with: if that consumer dies, the job comes back.
+	// The ledger has scheduled the job again for the attempt's deadline (no
+	// earlier than any schedule it has), so this delivery is done with: if
+	// that consumer dies, the job comes back.
 	StartBusy
-	// StartNotDue: the record is scheduled for later (a stale duplicate job).
+	// StartNotDue: the record is scheduled for later (a stale or early job);
+	// the ledger has put the job back at the record's due time.
 	StartNotDue
-	// StartFinal: the record is paid, failed or cancelled.
+	// StartFinal: the record is paid, failed, cancelled or returned.
 	StartFinal
 )
 
@@ -106,4 +143,91 @@ type Result struct {
 	PayoutID  string
 	LastError string
 	At        time.Time
+}
+
+// RetryAt is an attempt that ended without a verdict.
+type RetryAt struct {
+	// At is when to try again; Now is when the attempt ended.
+	At, Now   time.Time
+	LastError string
+	// MaybePaid: the call may have paid (kept for good until settled).
+	MaybePaid bool
+}
+
+// Resolution is an operator's settlement of a withdrawal.
+type Resolution struct {
+	Status   Status // Paid or Failed
+	PayoutID string
+	Reason   string
+	By       string
+	At       time.Time
+}
+
+// Callback is a provider's report of a payout's outcome.
+type Callback struct {
+	EventID  string
+	Status   Status // Paid, Failed or Returned
+	PayoutID string
+	Reason   string
+	At       time.Time
+}
+
+// Applied is what applying a callback did.
+type Applied int
+
+// Callback outcomes.
+const (
+	// Changed: the callback moved the withdrawal on.
+	Changed Applied = iota + 1
+	// Duplicate: the event was applied before.
+	Duplicate
+	// Unchanged: the withdrawal is already there or further on (an
+	// out-of-order or repeated report); nothing moved backwards.
+	Unchanged
+	// Conflict: the report contradicts the withdrawal's end (failed at the
+	// provider after it was paid, paid after it was cancelled): nothing
+	// moved, and operators must look.
+	Conflict
+)
+
+// String names the outcome for answers and logs.
+func (a Applied) String() string {
+	switch a {
+	case Changed:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Unchanged:
+		return "unchanged"
+	case Conflict:
+		return "conflict"
+	}
+	return "unknown"
+}
+
+// Step is the transition a callback of status makes from a withdrawal in
+// from: the status to move to and what that is. Both ledgers apply it.
+func Step(from, callback Status) (Status, Applied) {
+	switch {
+	case from == callback:
+		return from, Unchanged
+	case callback == Returned:
+		switch from {
+		case Failed, Cancelled:
+			return from, Conflict
+		}
+		return Returned, Changed // paid, or on its way (paid, then returned)
+	case from == Returned:
+		if callback == Failed {
+			return from, Conflict
+		}
+		return from, Unchanged // the paid that came before the return
+	case callback == Paid && (from == Failed || from == Cancelled):
+		return from, Conflict
+	case callback == Failed && from == Paid:
+		return from, Conflict
+	case callback == Failed && from == Cancelled:
+		return from, Unchanged
+	}
+	return callback, Changed // a withdrawal on its way settles
 }

@@ -9,17 +9,52 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/metrics"
 )
 
 // Provider pays withdrawals out. The withdrawal id is the idempotency key: the
-// provider pays one id at most once however often it is asked. An error
-// wrapping ErrPermanent means no retry can succeed; one wrapping
-// ErrOutcomeUnknown means the call may have paid; any other error is
-// transient.
+// provider pays one id at most once however often it is asked, while it
+// remembers the key (see ProcessorConfig.IdempotencyWindow).
+//
+// Pay's error wraps ErrPermanent when the provider refused the payout for
+// good, ErrOutcomeUnknown when the call may have paid (no answer after the
+// request may have left, or the provider still processing the key),
+// ErrRejected when the provider refused our credentials; any other error is
+// transient (408, 429, 5xx, or a call that surely never left).
+//
+// Lookup asks the provider what became of a payout, to settle a call whose
+// outcome is unknown before anything is sent again; its error (ErrNoLookup
+// for a provider without one) means it settled nothing.
 type Provider interface {
 	Pay(ctx context.Context, w Withdrawal) (payoutID string, err error)
+	Lookup(ctx context.Context, w Withdrawal) (Lookup, error)
+}
+
+// LookupState is what the provider says of a payout.
+type LookupState int
+
+// Lookup answers.
+const (
+	// LookupPaid: the provider paid it (authoritative).
+	LookupPaid LookupState = iota + 1
+	// LookupFailed: the provider refused or failed it for good (authoritative).
+	LookupFailed
+	// LookupPending: the provider holds the request and has not settled it.
+	LookupPending
+	// LookupNotFound: the provider never received the request
+	// (authoritative): sending it is safe.
+	LookupNotFound
+)
+
+// Lookup is the provider's answer about one payout.
+type Lookup struct {
+	State    LookupState
+	PayoutID string
+	// Reason is the provider's word on a failed payout, if any.
+	Reason string
 }
 
 // Notifier tells finance of a processed payout.
@@ -32,6 +67,9 @@ const (
 	DefaultMaxAttempts = 8
 	DefaultRetryBase   = 30 * time.Second
 	DefaultRetryCap    = 30 * time.Minute
+	// DefaultIdempotencyWindow is how long providers remember an
+	// idempotency key (Stripe: 24 h).
+	DefaultIdempotencyWindow = 24 * time.Hour
 )
 
 // ProcessorConfig configures a Processor.
@@ -42,7 +80,8 @@ type ProcessorConfig struct {
 	Clock    clock.Clock
 	Logger   *slog.Logger
 	// MaxAttempts is the number of provider calls after which a transient
-	// failure becomes final.
+	// failure becomes final, unless a call may have paid: then nothing but
+	// an authoritative answer ends it, and it is retried past MaxAttempts.
 	MaxAttempts int
 	// RetryBase is the delay before the first retry; it doubles with each
 	// attempt, with jitter, up to RetryCap.
@@ -51,7 +90,12 @@ type ProcessorConfig struct {
 	// AttemptTimeout bounds one attempt (it must exceed the provider call's
 	// timeout); past it another consumer may take the withdrawal over.
 	AttemptTimeout time.Duration
-	// Metrics, if set, counts payouts paid, failed and retried.
+	// IdempotencyWindow is how long the provider remembers an idempotency
+	// key: a request first sent longer ago is never sent again blind; the
+	// lookup settles it, or an operator (default DefaultIdempotencyWindow).
+	IdempotencyWindow time.Duration
+	// Metrics, if set, counts payouts paid, failed, retried, unresolved and
+	// refused for our credentials.
 	Metrics *metrics.Emitter
 }
 
@@ -70,22 +114,39 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, DefaultRetryBase)
 	cfg.RetryCap = cmp.Or(cfg.RetryCap, DefaultRetryCap)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 30*time.Second)
-	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 {
-		return nil, fmt.Errorf("withdrawal: bad payout settings: %d attempts, retry %s..%s, attempt timeout %s",
-			cfg.MaxAttempts, cfg.RetryBase, cfg.RetryCap, cfg.AttemptTimeout)
+	cfg.IdempotencyWindow = cmp.Or(cfg.IdempotencyWindow, DefaultIdempotencyWindow)
+	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 || cfg.IdempotencyWindow <= 0 {
+		return nil, fmt.Errorf("withdrawal: bad payout settings: %d attempts, retry %s..%s, attempt timeout %s, idempotency window %s",
+			cfg.MaxAttempts, cfg.RetryBase, cfg.RetryCap, cfg.AttemptTimeout, cfg.IdempotencyWindow)
 	}
 	return &Processor{cfg: cfg}, nil
 }
 
+// NewAttemptID returns a new payout attempt id.
+func NewAttemptID(now time.Time) string {
+	return "at_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+}
+
 // Process runs the payout step for one delivery of a withdrawal job. It is
 // safe under duplicate and concurrent deliveries: the ledger admits one
-// attempt at a time, and the provider sees one idempotency key per withdrawal.
-// A nil error means the delivery is done with (paid, failed, retry scheduled,
-// cancelled, a stale duplicate, or another consumer's attempt under way, which
-// the ledger follows up); an error means deliver it again later.
+// attempt at a time and fences every write by the attempt's id, and the
+// provider sees one idempotency key per withdrawal.
+//
+// An attempt ends three ways: paid (2xx), refused (a definitive no), or
+// unknown (no answer after the request may have left, a consumer that died
+// mid-call): the record then remembers for good that the payout may have
+// been made, and from then on it is never failed or cancelled; each later
+// attempt first asks the provider's lookup, and sends again (under the same
+// key) only while the provider still remembers the key.
+//
+// A nil error means the delivery is done with (paid, failed, retry
+// scheduled, cancelled, a stale duplicate, or another consumer's attempt
+// under way, which the ledger follows up); an error means deliver it again
+// later.
 func (p *Processor) Process(ctx context.Context, ref Ref) error {
-	now := p.cfg.Clock.Now().UTC()
-	w, start, err := p.cfg.Ledger.Begin(ctx, ref, now, now.Add(p.cfg.AttemptTimeout))
+	now := p.now()
+	attempt := NewAttemptID(now)
+	w, start, err := p.cfg.Ledger.Begin(ctx, ref, Begin{Attempt: attempt, Now: now, Until: now.Add(p.cfg.AttemptTimeout)})
 	if err != nil {
 		return err
 	}
@@ -96,72 +157,128 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 			"until", clock.Format(w.ProcessingUntil))
 		return nil
 	case StartNotDue:
-		log.Info("stale payout job dropped", "status", w.Status, "due_at", clock.Format(w.DueAt))
+		log.Info("early payout job put back at its due time", "status", w.Status, "due_at", clock.Format(w.DueAt))
 		return nil
 	case StartFinal:
 		return p.notify(ctx, w)
 	}
-
-	payoutID, payErr := p.cfg.Provider.Pay(ctx, w)
-	now = p.cfg.Clock.Now().UTC()
-	attempt := w.Attempts
-	switch {
-	case payErr == nil:
-		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
-	case errors.Is(payErr, ErrPermanent) || (attempt >= p.cfg.MaxAttempts && !errors.Is(payErr, ErrOutcomeUnknown)):
-		w, err = p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
-		if err == nil {
-			log.Warn("payout failed for good", "attempts", attempt, "error", payErr.Error())
-		}
-	default:
-		// A transient failure, or an unanswered call that may have paid: at
-		// MaxAttempts the first becomes final, the second is asked again (the
-		// backoff growing to its cap) until the provider answers, never failed.
-		at := now.Add(p.Backoff(attempt))
-		w, err = p.cfg.Ledger.Retry(ctx, ref, attempt, at, now, payErr.Error())
-		switch {
-		case err != nil:
-		case attempt >= p.cfg.MaxAttempts:
-			p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
-			log.Error("payout outcome still unknown; asking the provider again until it answers",
-				"attempts", attempt, "retry_at", clock.Format(at), "error", payErr.Error())
-		default:
-			log.Warn("payout failed, retry scheduled", "attempts", attempt, "retry_at", clock.Format(at), "error", payErr.Error())
-		}
-	}
-	if err == nil {
-		switch w.Status {
-		case Paid:
-			p.cfg.Metrics.Count(metrics.PayoutsPaid, 1, nil)
-		case Failed:
-			p.cfg.Metrics.Count(metrics.PayoutsFailed, 1, nil)
-		case Retrying:
-			p.cfg.Metrics.Count(metrics.PayoutRetries, 1, nil)
-		}
-	}
+	w, err = p.attempt(ctx, w, attempt, log.With("attempt", attempt))
 	if errors.Is(err, ErrStale) {
-		// Another consumer took the attempt over, or our own write landed
-		// and its reply was lost and retried: either way the record says
-		// where things stand, and a final one may still need finance told.
+		// Another consumer took the attempt over, or an operator or a
+		// callback settled the withdrawal meanwhile: the record says where
+		// things stand, and a final one may still need finance told.
 		log.Warn("payout attempt superseded", "attempt", attempt, "status", w.Status)
 		return p.notify(ctx, w)
 	}
 	if err != nil {
 		return err
 	}
+	switch w.Status {
+	case Paid:
+		p.cfg.Metrics.Count(metrics.PayoutsPaid, 1, nil)
+	case Failed:
+		p.cfg.Metrics.Count(metrics.PayoutsFailed, 1, nil)
+	case Retrying:
+		p.cfg.Metrics.Count(metrics.PayoutRetries, 1, nil)
+	}
 	return p.notify(ctx, w)
 }
 
-// notify tells finance of a paid or failed withdrawal once (at least once:
-// a crash between the two steps tells it again).
+func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
+
+// attempt runs a begun attempt on w to its end and records it.
+func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, log *slog.Logger) (Withdrawal, error) {
+	ref := w.Ref()
+	if w.MaybePaid {
+		// An earlier call may have paid: settle that first.
+		lk, lerr := p.cfg.Provider.Lookup(ctx, w)
+		now := p.now()
+		var err error
+		switch {
+		case lerr == nil && lk.State == LookupPaid:
+			log.Info("unknown payout outcome settled by the provider's lookup: paid")
+			return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: lk.PayoutID, At: now})
+		case lerr == nil && lk.State == LookupFailed:
+			log.Warn("unknown payout outcome settled by the provider's lookup: failed", "reason", lk.Reason)
+			return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, At: now,
+				LastError: "payout: the provider reports the payout failed: " + lk.Reason})
+		case lerr == nil && lk.State == LookupPending:
+			return p.retry(ctx, w, attempt, now, errors.New("payout: the provider reports the payout pending"), true, log)
+		case lerr == nil && lk.State == LookupNotFound:
+			log.Info("the provider never received the payout request; sending it")
+			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, true)
+		case !w.FirstSentAt.IsZero() && now.Sub(w.FirstSentAt) > p.cfg.IdempotencyWindow:
+			// The provider may have forgotten the key: a request sent again
+			// now could pay a second time.
+			p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
+			cause := fmt.Errorf("payout: outcome unknown and first sent %s ago, past the provider's idempotency window (%s): "+
+				"not sent again; settled by the lookup or by an operator (hourglass payouts resolve): %w",
+				now.Sub(w.FirstSentAt).Round(time.Second), p.cfg.IdempotencyWindow, lerr)
+			log.Error("payout outcome unknown past the idempotency window; waiting for a lookup or an operator",
+				"first_sent_at", clock.Format(w.FirstSentAt), "error", lerr.Error())
+			return p.cfg.Ledger.Retry(ctx, ref, attempt, RetryAt{At: now.Add(p.Backoff(64)), Now: now,
+				LastError: cause.Error(), MaybePaid: true})
+		default:
+			if !errors.Is(lerr, ErrNoLookup) {
+				log.Warn("payout lookup told nothing; asking again under the same key", "error", lerr.Error())
+			}
+			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, false)
+		}
+		if err != nil {
+			return w, err
+		}
+	}
+
+	payoutID, payErr := p.cfg.Provider.Pay(ctx, w)
+	now := p.now()
+	switch {
+	case payErr == nil:
+		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
+	case errors.Is(payErr, ErrPermanent):
+		log.Warn("payout refused for good", "attempts", w.Attempts, "error", payErr.Error())
+		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
+	case errors.Is(payErr, ErrRejected):
+		// Our credentials, not the payout: never a verdict.
+		p.cfg.Metrics.Count(metrics.PayoutsRejected, 1, nil)
+		log.Error("the provider refused our credentials; retrying, never failing", "error", payErr.Error())
+		return p.retry(ctx, w, attempt, now, payErr, false, log)
+	case errors.Is(payErr, ErrOutcomeUnknown):
+		return p.retry(ctx, w, attempt, now, payErr, true, log)
+	case !w.MaybePaid && w.Attempts >= p.cfg.MaxAttempts:
+		log.Warn("payout failed for good", "attempts", w.Attempts, "error", payErr.Error())
+		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
+	}
+	return p.retry(ctx, w, attempt, now, payErr, false, log)
+}
+
+// retry schedules the next attempt after one that ended without a verdict.
+func (p *Processor) retry(ctx context.Context, w Withdrawal, attempt string, now time.Time, cause error, maybePaid bool, log *slog.Logger) (Withdrawal, error) {
+	at := now.Add(p.Backoff(max(w.Attempts, 1)))
+	got, err := p.cfg.Ledger.Retry(ctx, w.Ref(), attempt, RetryAt{At: at, Now: now, LastError: cause.Error(), MaybePaid: maybePaid})
+	if err != nil {
+		return got, err
+	}
+	if got.MaybePaid && got.Attempts >= p.cfg.MaxAttempts {
+		p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
+		log.Error("payout outcome still unknown; asking the provider again until it answers",
+			"attempts", got.Attempts, "retry_at", clock.Format(at), "error", cause.Error())
+	} else {
+		log.Warn("payout not settled, retry scheduled", "attempts", got.Attempts, "may_have_paid", got.MaybePaid,
+			"retry_at", clock.Format(at), "error", cause.Error())
+	}
+	return got, nil
+}
+
+// notify tells finance of a paid, failed or returned withdrawal once it is
+// (at least once: a crash between the two steps tells it again).
 func (p *Processor) notify(ctx context.Context, w Withdrawal) error {
-	if (w.Status != Paid && w.Status != Failed) || w.Notified {
+	if !w.Untold() {
 		return nil
 	}
 	if err := p.cfg.Notifier.Notify(ctx, w.Processed()); err != nil {
 		return fmt.Errorf("withdrawal: tell finance of %s: %w", w.ID, err)
 	}
-	if err := p.cfg.Ledger.MarkNotified(ctx, w.Ref()); err != nil {
+	if err := p.cfg.Ledger.MarkNotified(ctx, w.Ref(), w.Status); err != nil {
 		return err
 	}
 	p.cfg.Logger.Info("payout processed", "withdrawal_id", w.ID, "status", w.Status, "attempts", w.Attempts)

@@ -20,6 +20,9 @@ type provider struct {
 	script []error
 	calls  map[string]int
 	block  chan struct{} // if set, Pay waits on it
+	// lookups answer Lookup in turn; looked counts the lookups.
+	lookups []withdrawal.Lookup
+	looked  int
 }
 
 func (p *provider) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, error) {
@@ -40,6 +43,20 @@ func (p *provider) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, er
 		}
 	}
 	return "po_" + w.ID, nil
+}
+
+// Lookup answers from lookups, one per call; with none left, the provider
+// has no lookup.
+func (p *provider) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawal.Lookup, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.looked++
+	if len(p.lookups) == 0 {
+		return withdrawal.Lookup{}, withdrawal.ErrNoLookup
+	}
+	lk := p.lookups[0]
+	p.lookups = p.lookups[1:]
+	return lk, nil
 }
 
 func (p *provider) count(id string) int {
@@ -126,7 +143,7 @@ func TestPaidOnFirstAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := e.get(t, "alice", ref)
-		if w.Status != withdrawal.Paid || w.Attempts != 1 || w.PayoutID != "po_"+ref.ID || !w.Notified {
+		if w.Status != withdrawal.Paid || w.Attempts != 1 || w.PayoutID != "po_"+ref.ID || w.Untold() {
 			t.Fatalf("after payout: %+v", w)
 		}
 		msgs := e.fin.messages()
@@ -172,7 +189,7 @@ func TestTransientFailuresRetryWithBackoffThenPay(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := e.get(t, "alice", ref)
-		if w.Status != withdrawal.Paid || w.Attempts != 3 || !w.Notified {
+		if w.Status != withdrawal.Paid || w.Attempts != 3 || w.Untold() {
 			t.Fatalf("after the third attempt: %+v", w)
 		}
 		if n := len(e.fin.messages()); n != 1 {
@@ -189,7 +206,7 @@ func TestPermanentFailureFailsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := e.get(t, "alice", ref)
-		if w.Status != withdrawal.Failed || w.Attempts != 1 || w.LastError != errRefused.Error() || !w.Notified {
+		if w.Status != withdrawal.Failed || w.Attempts != 1 || w.LastError != errRefused.Error() || w.Untold() {
 			t.Fatalf("after a permanent refusal: %+v", w)
 		}
 		msgs := e.fin.messages()
@@ -284,7 +301,7 @@ func TestFinanceDownIsRetriedByRedelivery(t *testing.T) {
 		if got := e.prov.count(ref.ID); got != 1 {
 			t.Fatalf("provider called %d times", got)
 		}
-		if w := e.get(t, "alice", ref); w.Status != withdrawal.Paid || !w.Notified {
+		if w := e.get(t, "alice", ref); w.Status != withdrawal.Paid || w.Untold() {
 			t.Fatalf("record %+v", w)
 		}
 		if n := len(e.fin.messages()); n != 1 {

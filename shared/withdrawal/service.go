@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
 )
 
@@ -38,9 +40,15 @@ type Config struct {
 	// KeyLock and KeyRetention default to DefaultKeyLock and DefaultKeyRetention.
 	KeyLock      time.Duration
 	KeyRetention time.Duration
+	// Logger (default slog.Default) and Metrics (optional) hear of
+	// callbacks and resolutions.
+	Logger  *slog.Logger
+	Metrics *metrics.Emitter
 }
 
-// Service is the withdrawal API: create, read, list and cancel.
+// Service is the withdrawal API: create, read, list and cancel; and what
+// settles a payout from outside an attempt: the provider's callbacks and an
+// operator's resolution.
 type Service struct {
 	cfg Config
 }
@@ -55,6 +63,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	cfg.KeyLock = cmp.Or(cfg.KeyLock, DefaultKeyLock)
 	cfg.KeyRetention = cmp.Or(cfg.KeyRetention, DefaultKeyRetention)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Service{cfg: cfg}, nil
 }
 

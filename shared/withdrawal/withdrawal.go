@@ -15,13 +15,18 @@ import (
 
 // Status is a withdrawal's place in its life.
 //
-//	scheduled ──> processing ──> paid
+//	scheduled ──> processing ──> paid ──> returned
 //	    │   ^         │  └─────> failed
 //	    │   └retrying<┘
-//	    └─> cancelled <── retrying
+//	    └─> cancelled <── retrying (no call that may have paid)
 //
-// Only scheduled and retrying withdrawals can be cancelled: once one is handed
-// to the payout step (processing) the user can no longer take it back.
+// Only scheduled and retrying withdrawals can be cancelled, and a retrying one
+// only while no call to the provider may have paid it: once one is handed to
+// the payout step (processing) the user can no longer take it back. A
+// withdrawal whose call got no answer (it may have paid) shows the user
+// processing until an authoritative answer settles it, however long it
+// retries. Returned: paid, then the provider reported that the money came
+// back.
 type Status string
 
 // The statuses of SPEC.md.
@@ -32,13 +37,15 @@ const (
 	Paid       Status = "paid"
 	Failed     Status = "failed"
 	Cancelled  Status = "cancelled"
+	Returned   Status = "returned"
 )
 
-// Final reports whether no transition leaves s.
-func (s Status) Final() bool { return s == Paid || s == Failed || s == Cancelled }
+// Final reports whether no payout step leaves s (only a provider's callback
+// moves paid on to returned).
+func (s Status) Final() bool { return s == Paid || s == Failed || s == Cancelled || s == Returned }
 
-// Cancellable reports whether a withdrawal in s may still be cancelled.
-func (s Status) Cancellable() bool { return s == Scheduled || s == Retrying }
+// Reported reports whether finance hears of a withdrawal that ends in s.
+func (s Status) Reported() bool { return s == Paid || s == Failed || s == Returned }
 
 // Queue and job kind of withdrawal payouts.
 const (
@@ -68,8 +75,48 @@ type Withdrawal struct {
 	// ProcessingUntil bounds a payout attempt: past it, another consumer may
 	// take the withdrawal over (the first one died).
 	ProcessingUntil time.Time
-	// Notified is set once finance has been told of the final outcome.
-	Notified bool
+	// Told is the outcome finance was last told of ("" for none): finance
+	// hears of each of paid, failed and returned once it is the status.
+	Told Status
+	// MaybePaid is set for good once a call to the provider may have paid
+	// (no answer came after the request may have left, a consumer died in
+	// the middle of a call, the provider said it is still processing the
+	// key), until an authoritative answer settles it (a lookup, a callback,
+	// a 2xx, a definitive refusal, an operator). While it is set the
+	// withdrawal is never failed and never cancelled.
+	MaybePaid bool
+	// FirstSentAt is when the first payout request may have left: providers
+	// forget idempotency keys, so a request first sent longer ago than the
+	// idempotency window is never sent again blind.
+	FirstSentAt time.Time
+	// Attempt names the payout attempt under way (or the last one): only its
+	// owner may record its result.
+	Attempt string
+	// Op names the record's last write (ledgers use it to recognise a write
+	// of their own whose answer was lost, and as a version).
+	Op string
+	// ResolvedBy and ResolvedAt say which operator settled the withdrawal by
+	// hand (hourglass payouts resolve), and when.
+	ResolvedBy string
+	ResolvedAt time.Time
+}
+
+// Cancellable reports whether w may still be cancelled: it is scheduled or
+// retrying, and no call to the provider may have paid it.
+func (w Withdrawal) Cancellable() bool {
+	return (w.Status == Scheduled || w.Status == Retrying) && !w.MaybePaid
+}
+
+// Untold reports whether finance has yet to hear of w's outcome.
+func (w Withdrawal) Untold() bool { return w.Status.Reported() && w.Told != w.Status }
+
+// Shown is the status the user sees: a retrying withdrawal whose call may
+// have paid is processing to them (they can no longer cancel it).
+func (w Withdrawal) Shown() Status {
+	if w.Status == Retrying && w.MaybePaid {
+		return Processing
+	}
+	return w.Status
 }
 
 // Ref locates a withdrawal for the payout step, which knows no user.
@@ -100,7 +147,7 @@ type View struct {
 func (w Withdrawal) View() View {
 	v := View{
 		ID:          w.ID,
-		Status:      w.Status,
+		Status:      w.Shown(),
 		Amount:      FormatAmount(w.Amount, w.Currency),
 		Currency:    w.Currency,
 		Destination: w.Destination,
@@ -118,7 +165,8 @@ func (w Withdrawal) View() View {
 	return v
 }
 
-// Processed is the message finance receives for every paid or failed payout.
+// Processed is the message finance receives for every paid, failed or
+// returned payout.
 // WithdrawalID is its de-duplication key: finance may see one more than once.
 type Processed struct {
 	Type         string `json:"type"`
@@ -136,7 +184,8 @@ type Processed struct {
 // ProcessedType is the Type of every Processed message.
 const ProcessedType = "payout.processed"
 
-// Processed returns the finance message for a paid or failed withdrawal.
+// Processed returns the finance message for a paid, failed or returned
+// withdrawal.
 func (w Withdrawal) Processed() Processed {
 	return Processed{
 		Type:         ProcessedType,
@@ -155,8 +204,12 @@ func (w Withdrawal) Processed() Processed {
 // Domain outcomes, mapped to HTTP problems at the edge.
 var (
 	ErrNotFound = errors.New("withdrawal: not found")
-	// ErrNotCancellable: the withdrawal was handed to the payout step or is final.
+	// ErrNotCancellable: the withdrawal was handed to the payout step, a call
+	// may have paid it, or it is final.
 	ErrNotCancellable = errors.New("withdrawal: not cancellable")
+	// ErrNotResolvable: an operator's resolution does not apply (the
+	// withdrawal ended otherwise, or an attempt is running right now).
+	ErrNotResolvable = errors.New("withdrawal: not resolvable")
 	// ErrIdempotencyConflict: the key was used for another request body.
 	ErrIdempotencyConflict = errors.New("withdrawal: idempotency key reused with another request")
 	// ErrIdempotencyInFlight: the first request with the key is still running.
@@ -164,10 +217,18 @@ var (
 	// ErrPermanent marks a provider answer that no retry can change.
 	ErrPermanent = errors.New("withdrawal: payout refused")
 	// ErrOutcomeUnknown marks a payout call that got no answer after it may
-	// have reached the provider (a timeout, a dropped connection): it may
-	// have paid. Such a withdrawal is never failed; it is asked again, under
-	// the same idempotency key, until the provider answers.
+	// have reached the provider (a timeout, a dropped connection), or one the
+	// provider answered "still processing this key" (409): it may have paid.
+	// Such a withdrawal is never failed; it is settled by a lookup, a
+	// callback or an operator, and asked again under the same idempotency
+	// key while the provider still knows it.
 	ErrOutcomeUnknown = errors.New("withdrawal: payout outcome unknown")
+	// ErrRejected marks a provider answer about our credentials or signature
+	// (401, 403), not about the payout: it is retried (with a fresh secret)
+	// and alarmed on, never a verdict.
+	ErrRejected = errors.New("withdrawal: provider rejected our credentials")
+	// ErrNoLookup marks a provider that offers no status lookup.
+	ErrNoLookup = errors.New("withdrawal: provider has no status lookup")
 	// ErrExists: a record with this id exists already.
 	ErrExists = errors.New("withdrawal: exists")
 	// ErrReservationLost: the idempotency reservation expired and was taken over.

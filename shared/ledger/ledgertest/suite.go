@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/shopspring/decimal"
 
+	"github.com/hourglass/hourglass/internal/lostreply"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -22,6 +24,10 @@ import (
 type Backend struct {
 	Ledger withdrawal.Ledger
 	Queue  *delayq.Queue
+	// Lose makes the ledger's own writes lose their answers (applied, the
+	// answer dropped, then sent again or failed), as a dropped connection
+	// does.
+	Lose *lostreply.Switch
 }
 
 // T0 is the suite's "now".
@@ -44,6 +50,15 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"ConcurrentBeginsAdmitOneAttempt", testConcurrentBegin},
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
 		{"ReconcilerGivesLostJobsBack", testReconcile},
+		{"EarlyJobIsPutBackAtItsDueTime", testNotDue},
+		{"BusyBeginKeepsALaterSchedule", testBusyKeepsLater},
+		{"TakeoverMayHavePaid", testTakeover2},
+		{"MaybePaidIsNeitherCancelledNorFailed", testMaybePaid},
+		{"LostAnswersAreRecognisedAsOurOwn", testLostAnswers},
+		{"OperatorResolution", testResolve},
+		{"CallbacksNeverMoveBackwards", testCallbacks},
+		{"FinanceIsToldOfEachOutcome", testTold},
+		{"FindAndOutstanding", testFind},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -193,7 +208,9 @@ func testOwnerScope(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(w, got, cmp.Comparer(func(a, b decimal.Decimal) bool { return a.Equal(b) })); diff != "" {
+	// Op is the ledger's own bookkeeping of its writes.
+	if diff := cmp.Diff(w, got, cmp.Comparer(func(a, b decimal.Decimal) bool { return a.Equal(b) }),
+		cmpopts.IgnoreFields(withdrawal.Withdrawal{}, "Op")); diff != "" {
 		t.Fatalf("record (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct{ user, id string }{{"bob", w.ID}, {"alice", withdrawal.NewID(T0)}} {
@@ -256,14 +273,14 @@ func testCancel(t *testing.T, b Backend) {
 	if got, err := b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(2*time.Second)); err != nil || got.Status != withdrawal.Cancelled {
 		t.Fatalf("second cancel: %+v %v", got, err)
 	}
-	if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0.Add(time.Hour), T0.Add(2*time.Hour)); err != nil || start != withdrawal.StartFinal {
-		t.Fatalf("begin on cancelled: %v %v", start, err)
+	if _, start, _ := begin(t, b, w.Ref(), T0.Add(time.Hour), T0.Add(2*time.Hour)); start != withdrawal.StartFinal {
+		t.Fatalf("begin on cancelled: %v", start)
 	}
 
 	w2 := NewWithdrawal(b.Queue, "alice", T0)
 	Create(t, b.Ledger, w2)
-	if _, start, err := b.Ledger.Begin(ctx, w2.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
-		t.Fatalf("begin: %v %v", start, err)
+	if _, start, _ := begin(t, b, w2.Ref(), T0, T0.Add(time.Minute)); start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
 	}
 	got, err = b.Ledger.Cancel(ctx, "alice", w2.ID, T0)
 	if !errors.Is(err, withdrawal.ErrNotCancellable) || got.Status != withdrawal.Processing {
@@ -271,19 +288,41 @@ func testCancel(t *testing.T, b Backend) {
 	}
 }
 
+// begin starts an attempt with a fresh id, failing the test on error.
+func begin(t *testing.T, b Backend, ref withdrawal.Ref, now, until time.Time) (withdrawal.Withdrawal, withdrawal.Start, string) {
+	t.Helper()
+	a := withdrawal.NewAttemptID(now)
+	w, start, err := b.Ledger.Begin(context.Background(), ref, withdrawal.Begin{Attempt: a, Now: now, Until: until})
+	if err != nil {
+		t.Fatalf("begin %s: %v", ref.ID, err)
+	}
+	return w, start, a
+}
+
+// jobDue is when the queue has ref's job scheduled, if it has.
+func jobDue(t *testing.T, b Backend, ref withdrawal.Ref) (time.Time, bool) {
+	t.Helper()
+	at, ok, err := b.Queue.DueAt(context.Background(), ref.Shard, ref.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at, ok
+}
+
 func testAttempts(t *testing.T, b Backend) {
 	ctx := context.Background()
 	w := NewWithdrawal(b.Queue, "alice", T0.Add(10*time.Second))
 	Create(t, b.Ledger, w)
 	ref := w.Ref()
-	if _, start, err := b.Ledger.Begin(ctx, ref, T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartNotDue {
-		t.Fatalf("begin before due: %v %v", start, err)
+	if _, start, _ := begin(t, b, ref, T0, T0.Add(time.Minute)); start != withdrawal.StartNotDue {
+		t.Fatalf("begin before due: %v", start)
 	}
-	got, start, err := b.Ledger.Begin(ctx, ref, T0.Add(10*time.Second), T0.Add(40*time.Second))
-	if err != nil || start != withdrawal.StartAttempt || got.Attempts != 1 || got.Status != withdrawal.Processing {
-		t.Fatalf("begin when due: %+v %v %v", got, start, err)
+	got, start, first := begin(t, b, ref, T0.Add(10*time.Second), T0.Add(40*time.Second))
+	if start != withdrawal.StartAttempt || got.Attempts != 1 || got.Status != withdrawal.Processing || got.MaybePaid ||
+		got.Attempt != first || !got.FirstSentAt.Equal(T0.Add(10*time.Second)) {
+		t.Fatalf("begin when due: %+v %v", got, start)
 	}
-	if _, start, _ := b.Ledger.Begin(ctx, ref, T0.Add(20*time.Second), T0.Add(50*time.Second)); start != withdrawal.StartBusy {
+	if _, start, _ := begin(t, b, ref, T0.Add(20*time.Second), T0.Add(50*time.Second)); start != withdrawal.StartBusy {
 		t.Fatalf("second begin within the attempt: %v", start)
 	}
 	// The busy delivery left the job due again at the attempt's deadline, so
@@ -291,32 +330,43 @@ func testAttempts(t *testing.T, b Backend) {
 	if next, ok, err := b.Queue.NextDue(ctx, ref.Shard); err != nil || !ok || !next.Equal(T0.Add(40*time.Second)) {
 		t.Fatalf("after a busy begin the job is due %v %v %v, want at the attempt deadline", next, ok, err)
 	}
-	// The first consumer died; past the attempt's deadline another takes over.
-	got, start, err = b.Ledger.Begin(ctx, ref, T0.Add(40*time.Second), T0.Add(70*time.Second))
-	if err != nil || start != withdrawal.StartAttempt || got.Attempts != 2 {
-		t.Fatalf("takeover: %+v %v %v", got, start, err)
+	// The first consumer died (its request may have left); past the
+	// attempt's deadline another takes over: the payout may have been made,
+	// so this attempt settles first and counts no call yet.
+	got, start, second := begin(t, b, ref, T0.Add(40*time.Second), T0.Add(70*time.Second))
+	if start != withdrawal.StartAttempt || got.Attempts != 1 || !got.MaybePaid {
+		t.Fatalf("takeover: %+v %v", got, start)
 	}
-	if _, err := b.Ledger.Finish(ctx, ref, 1, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "late", At: T0}); !errors.Is(err, withdrawal.ErrStale) {
+	if _, err := b.Ledger.Finish(ctx, ref, first, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "late", At: T0}); !errors.Is(err, withdrawal.ErrStale) {
 		t.Fatalf("stale finish: %v", err)
 	}
-	got, err = b.Ledger.Finish(ctx, ref, 2, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po_1", At: T0.Add(41 * time.Second)})
-	if err != nil || got.Status != withdrawal.Paid || got.PayoutID != "po_1" || !got.ProcessedAt.Equal(T0.Add(41*time.Second)) || got.Notified {
+	if _, err := b.Ledger.Send(ctx, ref, first, T0.Add(41*time.Second), false); !errors.Is(err, withdrawal.ErrStale) {
+		t.Fatalf("stale send: %v", err)
+	}
+	got, err := b.Ledger.Send(ctx, ref, second, T0.Add(41*time.Second), false)
+	if err != nil || got.Attempts != 2 || !got.MaybePaid || !got.FirstSentAt.Equal(T0.Add(10*time.Second)) {
+		t.Fatalf("send: %+v %v", got, err)
+	}
+	got, err = b.Ledger.Finish(ctx, ref, second, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po_1", At: T0.Add(41 * time.Second)})
+	if err != nil || got.Status != withdrawal.Paid || got.PayoutID != "po_1" || !got.ProcessedAt.Equal(T0.Add(41*time.Second)) ||
+		!got.Untold() || got.MaybePaid {
 		t.Fatalf("finish: %+v %v", got, err)
 	}
-	if _, err := b.Ledger.Finish(ctx, ref, 2, withdrawal.Result{Status: withdrawal.Failed, At: T0}); !errors.Is(err, withdrawal.ErrStale) {
+	if _, err := b.Ledger.Finish(ctx, ref, second, withdrawal.Result{Status: withdrawal.Failed, At: T0}); !errors.Is(err, withdrawal.ErrStale) {
 		t.Fatalf("finish twice: %v", err)
 	}
-	got, start, err = b.Ledger.Begin(ctx, ref, T0.Add(time.Hour), T0.Add(2*time.Hour))
-	if err != nil || start != withdrawal.StartFinal || got.Status != withdrawal.Paid {
-		t.Fatalf("begin after paid: %+v %v %v", got, start, err)
+	got, start, _ = begin(t, b, ref, T0.Add(time.Hour), T0.Add(2*time.Hour))
+	if start != withdrawal.StartFinal || got.Status != withdrawal.Paid {
+		t.Fatalf("begin after paid: %+v %v", got, start)
 	}
-	if err := b.Ledger.MarkNotified(ctx, ref); err != nil {
+	if err := b.Ledger.MarkNotified(ctx, ref, withdrawal.Paid); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); !got.Notified || got.Attempts != 2 {
+	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); got.Untold() || got.Told != withdrawal.Paid || got.Attempts != 2 {
 		t.Fatalf("after notify: %+v", got)
 	}
-	if _, _, err := b.Ledger.Begin(ctx, withdrawal.Ref{Shard: ref.Shard, ID: withdrawal.NewID(T0)}, T0, T0); !errors.Is(err, withdrawal.ErrNotFound) {
+	a := withdrawal.NewAttemptID(T0)
+	if _, _, err := b.Ledger.Begin(ctx, withdrawal.Ref{Shard: ref.Shard, ID: withdrawal.NewID(T0)}, withdrawal.Begin{Attempt: a, Now: T0, Until: T0}); !errors.Is(err, withdrawal.ErrNotFound) {
 		t.Fatalf("begin of an unknown id: %v", err)
 	}
 }
@@ -329,12 +379,13 @@ func testRetry(t *testing.T, b Backend) {
 	if err != nil || len(c.Jobs) != 1 {
 		t.Fatalf("claim: %v %v", c, err)
 	}
-	if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
-		t.Fatalf("begin: %v %v", start, err)
+	_, start, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	if start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
 	}
 	at := T0.Add(45 * time.Second)
-	got, err := b.Ledger.Retry(ctx, w.Ref(), 1, at, T0.Add(time.Second), "provider answered 500")
-	if err != nil || got.Status != withdrawal.Retrying || !got.DueAt.Equal(at) || got.LastError != "provider answered 500" {
+	got, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: at, Now: T0.Add(time.Second), LastError: "provider answered 500"})
+	if err != nil || got.Status != withdrawal.Retrying || !got.DueAt.Equal(at) || got.LastError != "provider answered 500" || got.MaybePaid {
 		t.Fatalf("retry: %+v %v", got, err)
 	}
 	st, err := b.Queue.Stats(ctx, T0)
@@ -348,10 +399,10 @@ func testRetry(t *testing.T, b Backend) {
 	if err != nil || !ok || !next.Equal(at) {
 		t.Fatalf("next due %v %v %v, want %v", next, ok, err, at)
 	}
-	if _, err := b.Ledger.Retry(ctx, w.Ref(), 1, at, T0, "again"); !errors.Is(err, withdrawal.ErrStale) {
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: at, Now: T0, LastError: "again"}); !errors.Is(err, withdrawal.ErrStale) {
 		t.Fatalf("retry of a retrying record: %v", err)
 	}
-	if _, start, _ := b.Ledger.Begin(ctx, w.Ref(), T0.Add(10*time.Second), T0.Add(time.Minute)); start != withdrawal.StartNotDue {
+	if _, start, _ := begin(t, b, w.Ref(), T0.Add(10*time.Second), T0.Add(time.Minute)); start != withdrawal.StartNotDue {
 		t.Fatalf("begin before the retry is due: %v", start)
 	}
 	got, err = b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(20*time.Second))
@@ -371,7 +422,7 @@ func testConcurrentBegin(t *testing.T, b Backend) {
 	for range n {
 		wg.Go(func() {
 			<-release
-			_, s, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute))
+			_, s, err := b.Ledger.Begin(ctx, w.Ref(), withdrawal.Begin{Attempt: withdrawal.NewAttemptID(T0), Now: T0, Until: T0.Add(time.Minute)})
 			if err != nil {
 				t.Error(err)
 			}
@@ -402,7 +453,10 @@ func testCancelRace(t *testing.T, b Backend) {
 			start     withdrawal.Start
 		)
 		wg.Go(func() { <-release; _, cancelErr = b.Ledger.Cancel(ctx, w.UserID, w.ID, T0) })
-		wg.Go(func() { <-release; _, start, _ = b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)) })
+		wg.Go(func() {
+			<-release
+			_, start, _ = b.Ledger.Begin(ctx, w.Ref(), withdrawal.Begin{Attempt: withdrawal.NewAttemptID(T0), Now: T0, Until: T0.Add(time.Minute)})
+		})
 		close(release)
 		wg.Wait()
 		cancelled := cancelErr == nil
@@ -437,17 +491,20 @@ func testReconcile(t *testing.T, b Backend) {
 	for _, w := range []withdrawal.Withdrawal{scheduled, processing, unnotified, notified, cancelled, far} {
 		Create(t, b.Ledger, w)
 	}
+	attempts := map[string]string{}
 	for _, w := range []withdrawal.Withdrawal{processing, unnotified, notified} {
-		if _, start, err := b.Ledger.Begin(ctx, w.Ref(), T0, T0.Add(time.Minute)); err != nil || start != withdrawal.StartAttempt {
-			t.Fatalf("begin %s: %v %v", w.UserID, start, err)
+		_, start, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+		if start != withdrawal.StartAttempt {
+			t.Fatalf("begin %s: %v", w.UserID, start)
 		}
+		attempts[w.ID] = a
 	}
 	for _, w := range []withdrawal.Withdrawal{unnotified, notified} {
-		if _, err := b.Ledger.Finish(ctx, w.Ref(), 1, withdrawal.Result{Status: withdrawal.Paid, At: T0}); err != nil {
+		if _, err := b.Ledger.Finish(ctx, w.Ref(), attempts[w.ID], withdrawal.Result{Status: withdrawal.Paid, At: T0}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Ledger.MarkNotified(ctx, notified.Ref()); err != nil {
+	if err := b.Ledger.MarkNotified(ctx, notified.Ref(), withdrawal.Paid); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Ledger.Cancel(ctx, "u-cancelled", cancelled.ID, T0); err != nil {
@@ -491,5 +548,325 @@ func lost(t *testing.T, b Backend, id string) {
 		if err := b.Queue.Kill(ctx, n, id, 0, T0); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
 			t.Fatal(err)
 		}
+	}
+}
+
+func testNotDue(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(10*time.Minute))
+	Create(t, b.Ledger, w)
+	// A stale job fires early (say a duplicate put in at the wrong time) and
+	// is claimed: the record must not then wait for the reconciler.
+	if err := b.Queue.Add(ctx, w.Shard, w.ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := b.Queue.Claim(ctx, w.Shard, T0, time.Minute, 10); err != nil || len(c.Jobs) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if _, start, _ := begin(t, b, w.Ref(), T0, T0.Add(time.Minute)); start != withdrawal.StartNotDue {
+		t.Fatalf("begin of an early job: %v", start)
+	}
+	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(w.DueAt) {
+		t.Fatalf("the early job is due %v (%v), want back at %v", at, ok, w.DueAt)
+	}
+}
+
+func testBusyKeepsLater(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	if _, start, _ := begin(t, b, w.Ref(), T0, T0.Add(time.Minute)); start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
+	}
+	// The job is due later than the running attempt's deadline (a retry the
+	// attempt's owner scheduled while a duplicate delivery raced it): the
+	// busy delivery must not pull it forward.
+	later := T0.Add(10 * time.Minute)
+	if err := b.Queue.Add(ctx, w.Shard, w.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, start, _ := begin(t, b, w.Ref(), T0.Add(time.Second), T0.Add(time.Minute)); start != withdrawal.StartBusy {
+		t.Fatalf("second begin: %v", start)
+	}
+	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(later) {
+		t.Fatalf("job due %v (%v), want still %v", at, ok, later)
+	}
+}
+
+func testTakeover2(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	_, _, dead := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	got, start, a := begin(t, b, w.Ref(), T0.Add(time.Minute), T0.Add(2*time.Minute))
+	if start != withdrawal.StartAttempt || !got.MaybePaid || got.Attempts != 1 || got.Attempt != a {
+		t.Fatalf("takeover: %+v %v", got, start)
+	}
+	// The dead consumer comes back with an answer: too late, it is not its
+	// attempt any more.
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), dead, withdrawal.RetryAt{At: T0, Now: T0, LastError: "500"}); !errors.Is(err, withdrawal.ErrStale) {
+		t.Fatalf("the dead attempt's retry: %v", err)
+	}
+	// The lookup says the provider never received it: the record forgets
+	// that it may have paid, and counts the call it now sends.
+	got, err := b.Ledger.Send(ctx, w.Ref(), a, T0.Add(61*time.Second), true)
+	if err != nil || got.MaybePaid || got.Attempts != 2 {
+		t.Fatalf("send after a lookup of never received: %+v %v", got, err)
+	}
+}
+
+func testMaybePaid(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	_, _, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	got, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: T0.Add(time.Minute), Now: T0, LastError: "no answer", MaybePaid: true})
+	if err != nil || got.Status != withdrawal.Retrying || !got.MaybePaid || got.Shown() != withdrawal.Processing {
+		t.Fatalf("retry of an unanswered call: %+v %v", got, err)
+	}
+	got, err = b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(time.Second))
+	if !errors.Is(err, withdrawal.ErrNotCancellable) || got.Status != withdrawal.Retrying {
+		t.Fatalf("cancel of a withdrawal a call may have paid: %+v %v", got, err)
+	}
+	// A later transient answer keeps what the record knows: it may have paid.
+	got, start, a := begin(t, b, w.Ref(), T0.Add(time.Minute), T0.Add(2*time.Minute))
+	if start != withdrawal.StartAttempt || got.Attempts != 1 || !got.MaybePaid {
+		t.Fatalf("begin: %+v %v", got, start)
+	}
+	if _, err := b.Ledger.Send(ctx, w.Ref(), a, T0.Add(time.Minute), false); err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: T0.Add(3 * time.Minute), Now: T0.Add(time.Minute), LastError: "503"})
+	if err != nil || !got.MaybePaid || got.Attempts != 2 {
+		t.Fatalf("retry after a 503: %+v %v", got, err)
+	}
+	if _, err := b.Ledger.Cancel(ctx, "alice", w.ID, T0.Add(time.Minute)); !errors.Is(err, withdrawal.ErrNotCancellable) {
+		t.Fatalf("cancel after the 503: %v", err)
+	}
+}
+
+func testLostAnswers(t *testing.T, b Backend) {
+	if b.Lose == nil {
+		t.Skip("this backend cannot lose answers")
+	}
+	ctx := context.Background()
+	t.Cleanup(b.Lose.Disarm)
+	for _, mode := range []lostreply.Mode{lostreply.Resend} {
+		w := NewWithdrawal(b.Queue, "alice", T0)
+		key := withdrawal.IdemKey{UserID: w.UserID, Key: "k-" + w.ID, Shard: w.Shard}
+		// Reserve: our own reservation, resent, is ours, not "in flight".
+		b.Lose.Arm(mode)
+		st, err := b.Ledger.Reserve(ctx, reservation(key, "fp", w.ID, T0))
+		if err != nil || st.Phase != withdrawal.KeyAcquired || st.ID != w.ID {
+			t.Fatalf("reserve whose answer was lost: %+v %v", st, err)
+		}
+		if err := b.Ledger.Create(ctx, w, key, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		// Begin: ours, not "busy", and counted once.
+		a := withdrawal.NewAttemptID(T0)
+		b.Lose.Arm(mode)
+		got, start, err := b.Ledger.Begin(ctx, w.Ref(), withdrawal.Begin{Attempt: a, Now: T0, Until: T0.Add(time.Minute)})
+		if err != nil || start != withdrawal.StartAttempt || got.Attempts != 1 {
+			t.Fatalf("begin whose answer was lost: %+v %v %v", got, start, err)
+		}
+		// Retry: ours, not "stale", and the job is scheduled.
+		at := T0.Add(5 * time.Minute)
+		b.Lose.Arm(mode)
+		got, err = b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: at, Now: T0, LastError: "no answer", MaybePaid: true})
+		if err != nil || got.Status != withdrawal.Retrying || !got.MaybePaid {
+			t.Fatalf("retry whose answer was lost: %+v %v", got, err)
+		}
+		if due, ok := jobDue(t, b, w.Ref()); !ok || !due.Equal(at) {
+			t.Fatalf("after a retry whose answer was lost the job is due %v (%v), want %v", due, ok, at)
+		}
+		// Send and Finish: ours.
+		got, start, a = begin(t, b, w.Ref(), at, at.Add(time.Minute))
+		if start != withdrawal.StartAttempt {
+			t.Fatalf("begin: %v", start)
+		}
+		b.Lose.Arm(mode)
+		got, err = b.Ledger.Send(ctx, w.Ref(), a, at, false)
+		if err != nil || got.Attempts != 2 {
+			t.Fatalf("send whose answer was lost: %+v %v", got, err)
+		}
+		b.Lose.Arm(mode)
+		got, err = b.Ledger.Finish(ctx, w.Ref(), a, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po", At: at})
+		if err != nil || got.Status != withdrawal.Paid {
+			t.Fatalf("finish whose answer was lost: %+v %v", got, err)
+		}
+		// Apply: ours (applied, not a duplicate).
+		b.Lose.Arm(mode)
+		got, applied, err := b.Ledger.Apply(ctx, w.ID, withdrawal.Callback{EventID: "ev-1", Status: withdrawal.Returned, At: at})
+		if err != nil || applied != withdrawal.Changed || got.Status != withdrawal.Returned {
+			t.Fatalf("callback whose answer was lost: %+v %v %v", got, applied, err)
+		}
+		// Resolve: ours.
+		w2 := NewWithdrawal(b.Queue, "bob", T0)
+		Create(t, b.Ledger, w2)
+		b.Lose.Arm(mode)
+		got, err = b.Ledger.Resolve(ctx, w2.ID, withdrawal.Resolution{Status: withdrawal.Failed, Reason: "r", By: "op", At: T0})
+		if err != nil || got.Status != withdrawal.Failed || got.ResolvedBy != "op" {
+			t.Fatalf("resolve whose answer was lost: %+v %v", got, err)
+		}
+		if n := b.Lose.Lost(); n < 7 {
+			t.Fatalf("only %d answers were lost; the test did not test", n)
+		}
+	}
+}
+
+func testResolve(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	_, _, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	paid := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: "po_manual", By: "ops@example.com", At: T0.Add(time.Second)}
+	// While the attempt runs, its own result would be overwritten.
+	if _, err := b.Ledger.Resolve(ctx, w.ID, paid); !errors.Is(err, withdrawal.ErrNotResolvable) {
+		t.Fatalf("resolve while an attempt runs: %v", err)
+	}
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: T0.Add(time.Hour), Now: T0, LastError: "no answer", MaybePaid: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Queue.Cancel(ctx, w.Shard, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Ledger.Resolve(ctx, w.ID, paid)
+	if err != nil || got.Status != withdrawal.Paid || got.PayoutID != "po_manual" || got.ResolvedBy != "ops@example.com" ||
+		!got.ResolvedAt.Equal(paid.At) || !got.ProcessedAt.Equal(paid.At) || !got.Untold() || got.MaybePaid {
+		t.Fatalf("resolve: %+v %v", got, err)
+	}
+	// Its job is due now, so the consumer tells finance.
+	if at, ok := jobDue(t, b, w.Ref()); !ok || at.After(paid.At) {
+		t.Fatalf("after a resolution the job is due %v (%v), want by %v", at, ok, paid.At)
+	}
+	if got, err := b.Ledger.Resolve(ctx, w.ID, paid); err != nil || got.Status != withdrawal.Paid {
+		t.Fatalf("the same resolution again: %+v %v", got, err)
+	}
+	failed := withdrawal.Resolution{Status: withdrawal.Failed, Reason: "x", By: "ops", At: T0.Add(time.Hour)}
+	if _, err := b.Ledger.Resolve(ctx, w.ID, failed); !errors.Is(err, withdrawal.ErrNotResolvable) {
+		t.Fatalf("a contradicting resolution: %v", err)
+	}
+	if _, err := b.Ledger.Resolve(ctx, withdrawal.NewID(T0), failed); !errors.Is(err, withdrawal.ErrNotFound) {
+		t.Fatalf("resolve of an unknown id: %v", err)
+	}
+}
+
+func testCallbacks(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	_, _, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: T0.Add(time.Hour), Now: T0, LastError: "no answer", MaybePaid: true}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(ev string, st withdrawal.Status, want withdrawal.Status, wantApplied withdrawal.Applied) withdrawal.Withdrawal {
+		t.Helper()
+		got, applied, err := b.Ledger.Apply(ctx, w.ID, withdrawal.Callback{EventID: ev, Status: st, PayoutID: "po_9", Reason: "r", At: T0.Add(time.Second)})
+		if err != nil || got.Status != want || applied != wantApplied {
+			t.Fatalf("callback %s (%s): %s %v %v, want %s %v", ev, st, got.Status, applied, err, want, wantApplied)
+		}
+		return got
+	}
+	got := apply("ev-1", withdrawal.Paid, withdrawal.Paid, withdrawal.Changed)
+	if got.PayoutID != "po_9" || got.MaybePaid || !got.Untold() {
+		t.Fatalf("after paid: %+v", got)
+	}
+	if at, ok := jobDue(t, b, w.Ref()); !ok || at.After(T0.Add(time.Second)) {
+		t.Fatalf("after a callback the job is due %v (%v), want now: finance must hear", at, ok)
+	}
+	apply("ev-1", withdrawal.Paid, withdrawal.Paid, withdrawal.Duplicate)
+	apply("ev-2", withdrawal.Failed, withdrawal.Paid, withdrawal.Conflict)
+	apply("ev-3", withdrawal.Returned, withdrawal.Returned, withdrawal.Changed)
+	apply("ev-0", withdrawal.Paid, withdrawal.Returned, withdrawal.Unchanged) // the paid that came before, late
+	apply("ev-3", withdrawal.Returned, withdrawal.Returned, withdrawal.Duplicate)
+	if _, _, err := b.Ledger.Apply(ctx, withdrawal.NewID(T0), withdrawal.Callback{EventID: "e", Status: withdrawal.Paid, At: T0}); !errors.Is(err, withdrawal.ErrNotFound) {
+		t.Fatalf("callback for an unknown id: %v", err)
+	}
+	// Returned before paid ever arrived (out of order): paid, then returned.
+	w2 := NewWithdrawal(b.Queue, "bob", T0)
+	Create(t, b.Ledger, w2)
+	if got, applied, err := b.Ledger.Apply(ctx, w2.ID, withdrawal.Callback{EventID: "x", Status: withdrawal.Returned, At: T0}); err != nil ||
+		got.Status != withdrawal.Returned || applied != withdrawal.Changed {
+		t.Fatalf("returned first: %+v %v %v", got, applied, err)
+	}
+	// A cancelled withdrawal is never made paid.
+	w3 := NewWithdrawal(b.Queue, "carol", T0.Add(time.Hour))
+	Create(t, b.Ledger, w3)
+	if _, err := b.Ledger.Cancel(ctx, "carol", w3.ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	if got, applied, err := b.Ledger.Apply(ctx, w3.ID, withdrawal.Callback{EventID: "y", Status: withdrawal.Paid, At: T0}); err != nil ||
+		got.Status != withdrawal.Cancelled || applied != withdrawal.Conflict {
+		t.Fatalf("paid after cancelled: %+v %v %v", got, applied, err)
+	}
+}
+
+func testTold(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	Create(t, b.Ledger, w)
+	_, _, a := begin(t, b, w.Ref(), T0, T0.Add(time.Minute))
+	if _, err := b.Ledger.Finish(ctx, w.Ref(), a, withdrawal.Result{Status: withdrawal.Paid, At: T0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ledger.MarkNotified(ctx, w.Ref(), withdrawal.Paid); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Ledger.Apply(ctx, w.ID, withdrawal.Callback{EventID: "r", Status: withdrawal.Returned, At: T0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := b.Ledger.Get(ctx, "alice", w.ID)
+	if !got.Untold() || got.Told != withdrawal.Paid {
+		t.Fatalf("returned after paid was told: %+v: finance must hear of the return", got)
+	}
+	// A late mark of "paid" (a consumer that told finance of paid just
+	// before the return) does not stand for the return.
+	if err := b.Ledger.MarkNotified(ctx, w.Ref(), withdrawal.Paid); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); !got.Untold() {
+		t.Fatalf("a mark of paid hid the return: %+v", got)
+	}
+	if err := b.Ledger.MarkNotified(ctx, w.Ref(), withdrawal.Returned); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Ledger.Get(ctx, "alice", w.ID); got.Untold() || got.Told != withdrawal.Returned {
+		t.Fatalf("after telling of the return: %+v", got)
+	}
+}
+
+func testFind(t *testing.T, b Backend) {
+	ctx := context.Background()
+	var ws []withdrawal.Withdrawal
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		w := NewWithdrawal(b.Queue, u, T0)
+		Create(t, b.Ledger, w)
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		got, err := b.Ledger.Find(ctx, w.ID)
+		if err != nil || got.ID != w.ID || got.UserID != w.UserID || got.Shard != w.Shard {
+			t.Fatalf("find %s: %+v %v", w.ID, got, err)
+		}
+	}
+	if _, err := b.Ledger.Find(ctx, withdrawal.NewID(T0)); !errors.Is(err, withdrawal.ErrNotFound) {
+		t.Fatalf("find of an unknown id: %v", err)
+	}
+	if _, err := b.Ledger.Cancel(ctx, "dave", ws[3].ID, T0); err != nil {
+		t.Fatal(err)
+	}
+	o, ok := b.Ledger.(interface {
+		Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) error) error
+	})
+	if !ok {
+		t.Fatal("the ledger cannot list outstanding withdrawals")
+	}
+	seen := map[string]bool{}
+	if err := o.Outstanding(ctx, func(w withdrawal.Withdrawal) error { seen[w.ID] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !seen[ws[0].ID] || !seen[ws[1].ID] || !seen[ws[2].ID] || seen[ws[3].ID] {
+		t.Fatalf("outstanding %v: want the three not cancelled", seen)
 	}
 }

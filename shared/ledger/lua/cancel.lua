@@ -1,4 +1,5 @@
--- cancel: cancel a scheduled or retrying withdrawal and take it off the queue.
+-- cancel: cancel a scheduled or retrying withdrawal that no call may have
+-- paid, and take it off the queue.
 --
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
@@ -9,14 +10,15 @@
 -- ARGV[3] -> withdrawal id
 --
 -- Returns {0} when there is no such withdrawal of that user, else
--- {code, record as HGETALL}: 1 = cancelled now, 2 = was cancelled already,
--- 3 = not cancellable (processing, paid or failed).
-local cur = redis.call('HMGET', KEYS[1], 'status', 'user')
+-- {code, record as HGETALL}: 1 = cancelled now, 2 = was cancelled already
+-- (also what a resent script answers), 3 = not cancellable (processing, a
+-- call may have paid it, or it ended otherwise).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'user', 'maybe')
 if not cur[1] or cur[2] ~= ARGV[1] then
   return {0}
 end
 local code = 3
-if cur[1] == 'scheduled' or cur[1] == 'retrying' then
+if (cur[1] == 'scheduled' or cur[1] == 'retrying') and cur[3] ~= '1' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])

@@ -11,7 +11,9 @@
 --
 -- Returns {phase, fingerprint, id, response}: phase 1 = acquired (create id),
 -- 2 = in flight (another request holds it, or held it with another body),
--- 3 = completed (response is the first answer).
+-- 3 = completed (response is the first answer). A reservation held for
+-- ARGV[2] is the caller's own (ids are unique to a request): run again with
+-- the same ARGV (its reply was lost and the script sent again) it answers 1.
 local rec = KEYS[1]
 local exp = KEYS[2]
 local now = tonumber(ARGV[3])
@@ -32,6 +34,9 @@ if not cur[1] then
 end
 if cur[1] == 'done' then
   return {3, cur[2], cur[3], cur[5]}
+end
+if cur[3] == ARGV[2] and cur[2] == ARGV[1] then
+  return {1, cur[2], cur[3], ''}
 end
 -- A pending reservation whose request died may be taken over by a request
 -- with the same body, which then creates the same withdrawal id.

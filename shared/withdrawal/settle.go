@@ -1,0 +1,186 @@
+package withdrawal
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hourglass/hourglass/shared/metrics"
+	"github.com/hourglass/hourglass/shared/validation"
+)
+
+// Limits of a provider callback.
+const (
+	maxEventID = 255
+	maxReason  = 500
+	maxPayout  = 255
+)
+
+// callbackBody is the provider's callback, POST /v1/webhooks/payouts.
+type callbackBody struct {
+	EventID      *string `json:"event_id"`
+	WithdrawalID *string `json:"withdrawal_id"`
+	PayoutID     *string `json:"payout_id"`
+	Status       *string `json:"status"`
+	Reason       *string `json:"reason"`
+}
+
+// Settled is the answer to a callback: where the withdrawal stands and what
+// the callback did.
+type Settled struct {
+	Withdrawal Withdrawal
+	Applied    Applied
+}
+
+// Callback applies a payout provider's callback (its signature already
+// checked): paid or failed settles a withdrawal on its way, returned after
+// paid means the money came back. Each event id is applied once; a
+// callback out of order never moves a withdrawal backwards. One that
+// contradicts how the withdrawal ended is kept out and reported to
+// operators (a log line and the PayoutConflicts metric).
+func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
+	c, id, err := parseCallback(body)
+	if err != nil {
+		return Settled{}, err
+	}
+	if !plausibleID(id) {
+		return Settled{}, ErrNotFound
+	}
+	c.At = s.cfg.Clock.Now().UTC()
+	w, applied, err := s.cfg.Ledger.Apply(ctx, id, c)
+	if err != nil {
+		return Settled{}, err
+	}
+	log := s.cfg.Logger.With("withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status, "status", w.Status)
+	s.cfg.Metrics.Count(metrics.PayoutCallbacks, 1, map[string]string{"Result": applied.String()})
+	switch applied {
+	case Changed:
+		log.Info("payout callback applied")
+		if w.Untold() && s.cfg.OnScheduled != nil {
+			s.cfg.OnScheduled(c.At) // its job is due now: finance is told
+		}
+	case Conflict:
+		s.cfg.Metrics.Count(metrics.PayoutConflicts, 1, nil)
+		log.Error("payout callback contradicts how the withdrawal ended; left as it is for an operator to look at")
+	default:
+		log.Info("payout callback changed nothing", "result", applied.String())
+	}
+	return Settled{Withdrawal: w, Applied: applied}, nil
+}
+
+func parseCallback(body []byte) (Callback, string, error) {
+	var b callbackBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&b); err != nil || dec.More() {
+		return Callback{}, "", validation.New("body", "must be one JSON object")
+	}
+	var v validation.Error
+	text := func(field string, p *string, max int, required bool) string {
+		switch {
+		case p == nil && required:
+			v.Add(field, "is required")
+		case p == nil:
+		case (required && *p == "") || len(*p) > max || !printable(*p):
+			v.Add(field, "must be 1 to %d printable characters", max)
+		default:
+			return *p
+		}
+		return ""
+	}
+	c := Callback{
+		EventID:  text("event_id", b.EventID, maxEventID, true),
+		PayoutID: text("payout_id", b.PayoutID, maxPayout, false),
+		Reason:   text("reason", b.Reason, maxReason, false),
+	}
+	id := text("withdrawal_id", b.WithdrawalID, 64, true)
+	switch st := Status(text("status", b.Status, 16, true)); st {
+	case Paid, Failed, Returned:
+		c.Status = st
+	case "":
+	default:
+		v.Add("status", "must be paid, failed or returned")
+	}
+	if len(v.Errors) > 0 {
+		return Callback{}, "", &v
+	}
+	return c, id, nil
+}
+
+// printable reports whether s is valid UTF-8 without control or format
+// characters: it goes to the ledger, to finance and into logs.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.In(r, unicode.Cc, unicode.Cf)
+	})
+}
+
+// Resolve settles withdrawal id by an operator's word: paid (with the
+// provider's payout id) or failed (with a reason), recorded with who and
+// when, and told to finance like any outcome. It is for a withdrawal whose
+// outcome the system cannot settle itself (a call that may have paid, past
+// the provider's idempotency window, at a provider without a lookup); it is
+// refused with ErrNotResolvable while an attempt runs or once the withdrawal
+// ended otherwise.
+func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdrawal, error) {
+	var v validation.Error
+	switch r.Status {
+	case Paid:
+		if r.PayoutID == "" || len(r.PayoutID) > maxPayout || !printable(r.PayoutID) {
+			v.Add("payout_id", "paid needs the provider's payout id: 1 to %d printable characters", maxPayout)
+		}
+	case Failed:
+		if r.Reason == "" || len(r.Reason) > maxReason || !printable(r.Reason) {
+			v.Add("reason", "failed needs a reason: 1 to %d printable characters", maxReason)
+		}
+	default:
+		v.Add("status", "must be paid or failed")
+	}
+	if r.By == "" || len(r.By) > 128 || !printable(r.By) {
+		v.Add("by", "must name the operator: 1 to 128 printable characters")
+	}
+	if len(v.Errors) > 0 {
+		return Withdrawal{}, &v
+	}
+	if !plausibleID(id) {
+		return Withdrawal{}, ErrNotFound
+	}
+	r.At = s.cfg.Clock.Now().UTC()
+	w, err := s.cfg.Ledger.Resolve(ctx, id, r)
+	if err != nil {
+		return w, err
+	}
+	s.cfg.Logger.Warn("withdrawal resolved by an operator", "withdrawal_id", id, "status", w.Status, "by", r.By)
+	if s.cfg.OnScheduled != nil {
+		s.cfg.OnScheduled(r.At)
+	}
+	return w, nil
+}
+
+// Unresolved lists what needs an operator's eye: withdrawals on their way
+// whose payout may have been made (an answer never came), or that keep
+// retrying past the attempts a transient failure gets. It is bounded by
+// what is outstanding, not by history.
+func (s *Service) Unresolved(ctx context.Context, maxAttempts int) ([]Withdrawal, error) {
+	l, ok := s.cfg.Ledger.(interface {
+		Outstanding(ctx context.Context, fn func(Withdrawal) error) error
+	})
+	if !ok {
+		return nil, errors.New("withdrawal: this ledger cannot list outstanding withdrawals")
+	}
+	var out []Withdrawal
+	err := l.Outstanding(ctx, func(w Withdrawal) error {
+		if !w.Status.Final() && (w.MaybePaid || w.Attempts >= maxAttempts) {
+			out = append(out, w)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("withdrawal: list unresolved: %w", err)
+	}
+	return out, nil
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,5 +58,42 @@ func TestUnansweredCallIsOfUnknownOutcome(t *testing.T) {
 				t.Fatalf("outcome unknown = %v, want %v (%v)", got, tc.unknown, err)
 			}
 		})
+	}
+}
+
+// TestNoSilentResend: a request the provider acted on whose connection then
+// broke is never resent behind the caller's back. net/http resends requests
+// with an Idempotency-Key on a broken connection; the resend's answer (here
+// 503) would stand for a first request that paid. Found by the model
+// checker (internal/modelcheck): paid at the provider, failed in the ledger.
+func TestNoSilentResend(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusNotFound) // and the connection stays open
+			return
+		}
+		if requests.Add(1) == 1 {
+			// Paid, then the connection drops before the answer.
+			c, _, _ := w.(http.Hijacker).Hijack()
+			_ = c.Close()
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c, err := payout.New(payout.Config{URL: srv.URL, Secret: []byte("s"), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := withdrawal.Withdrawal{ID: "wd_1", UserID: "u", Amount: decimal.RequireFromString("1"), Currency: "USD", Destination: "d"}
+	// A warm connection first: net/http resends only on a reused one.
+	_, _ = c.Lookup(context.Background(), w)
+	_, err = c.Pay(context.Background(), w)
+	if !errors.Is(err, withdrawal.ErrOutcomeUnknown) {
+		t.Fatalf("a request that may have paid answered %v, want an unknown outcome", err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the provider got %d requests for one Pay", n)
 	}
 }

@@ -199,6 +199,13 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 	if err != nil {
 		return Response{}, &PostError{Where: e.where, Err: err}
 	}
+	// net/http resends a request whose connection broke before an answer
+	// came if it can rewind the body and deems it idempotent, which it does
+	// of any request with an Idempotency-Key: the resend's answer (a 503, say)
+	// would then stand for a first request the server may have acted on.
+	// Whether and when to send again is the caller's decision; without
+	// GetBody the transport cannot resend.
+	req.GetBody = nil
 	sig := signature.Sign(e.secret, e.clock.Now(), signed)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

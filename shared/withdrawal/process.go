@@ -97,6 +97,9 @@ type ProcessorConfig struct {
 	// Metrics, if set, counts payouts paid, failed, retried, unresolved and
 	// refused for our credentials.
 	Metrics *metrics.Emitter
+	// Jitter returns a random duration in [0, n]; nil means math/rand/v2
+	// (tests that replay runs pass a seeded one).
+	Jitter func(n time.Duration) time.Duration
 }
 
 // Processor is the payout step of a withdrawal job.
@@ -115,6 +118,9 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	cfg.RetryCap = cmp.Or(cfg.RetryCap, DefaultRetryCap)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 30*time.Second)
 	cfg.IdempotencyWindow = cmp.Or(cfg.IdempotencyWindow, DefaultIdempotencyWindow)
+	if cfg.Jitter == nil {
+		cfg.Jitter = func(n time.Duration) time.Duration { return rand.N(n + 1) }
+	}
 	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 || cfg.IdempotencyWindow <= 0 {
 		return nil, fmt.Errorf("withdrawal: bad payout settings: %d attempts, retry %s..%s, attempt timeout %s, idempotency window %s",
 			cfg.MaxAttempts, cfg.RetryBase, cfg.RetryCap, cfg.AttemptTimeout, cfg.IdempotencyWindow)
@@ -296,5 +302,5 @@ func (p *Processor) Backoff(attempt int) time.Duration {
 		}
 	}
 	half := d / 2
-	return half + rand.N(d-half+1)
+	return half + p.cfg.Jitter(d-half)
 }

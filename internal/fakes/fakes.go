@@ -1,6 +1,8 @@
 // Package fakes holds the outside parties for tests: an idempotent payout
 // provider and a finance endpoint, both real HTTP servers that check the
-// signatures Hourglass sends.
+// signatures Hourglass sends. The provider keeps its own truth (what it
+// paid) apart from what it answered, because an answer can be lost on the
+// way back while the payment stands.
 package fakes
 
 import (
@@ -34,6 +36,12 @@ type Provider struct {
 	paid   map[string]string
 	bodies map[string][]byte
 	log    []Call
+	// payments is the provider's truth: every key it paid, when and for
+	// whom, whether or not an answer ever reached the caller.
+	payments []Payment
+	// refused holds the keys refused for good (a 4xx verdict), for lookups.
+	refused map[string]bool
+	lookups int
 }
 
 // Rule decides the answer to the n-th call (from 1) under an idempotency
@@ -64,7 +72,7 @@ type Call struct {
 // NewProvider starts a Provider that checks signatures made with secret.
 func NewProvider(t testing.TB, secret string, script ...int) *Provider {
 	p := &Provider{t: t, secret: []byte(secret), script: script,
-		calls: map[string]int{}, paid: map[string]string{}, bodies: map[string][]byte{}}
+		calls: map[string]int{}, paid: map[string]string{}, bodies: map[string][]byte{}, refused: map[string]bool{}}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	p.URL = srv.URL
@@ -78,6 +86,10 @@ func (p *Provider) Slow(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock
 func (p *Provider) Decide(r Rule) { p.mu.Lock(); p.rule = r; p.mu.Unlock() }
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		p.lookup(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
 		p.t.Errorf("provider: bad signature: %v", err)
@@ -104,7 +116,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusOK {
 		if _, ok := p.paid[key]; !ok {
 			p.paid[key] = "po_" + key
+			p.payments = append(p.payments, Payment{Key: key, Payout: payout, PayoutID: p.paid[key], At: time.Now()})
 		}
+	}
+	if refusedForGood(status) {
+		p.refused[key] = true
 	}
 	payoutID := p.paid[key]
 	call := Call{Key: key, Payout: payout, At: time.Now(), Delay: delay, Status: status}
@@ -153,6 +169,14 @@ func (p *Provider) Log() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Call(nil), p.log...)
+}
+
+// Payments returns what the provider paid, one entry per key, in the order
+// paid: its truth, which holds whether or not the caller ever got the answer.
+func (p *Provider) Payments() []Payment {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Payment(nil), p.payments...)
 }
 
 // Body is the last request body sent under key.
@@ -232,6 +256,18 @@ func (f *Finance) IDs() map[string]int {
 	out := map[string]int{}
 	for _, m := range f.msgs {
 		out[m.WithdrawalID]++
+	}
+	return out
+}
+
+// Statuses returns, per withdrawal id, the status of every message about it
+// in the order received ("paid", "failed", …).
+func (f *Finance) Statuses() map[string][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for _, m := range f.msgs {
+		out[m.WithdrawalID] = append(out[m.WithdrawalID], string(m.Status))
 	}
 	return out
 }

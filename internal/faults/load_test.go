@@ -249,15 +249,22 @@ func (l *load) check(finals []history.Final, o history.Options) history.Report {
 		calls = append(calls, history.ProviderCall{Key: c.Key, WithdrawalID: c.WithdrawalID, Tag: c.Destination,
 			At: c.At, Status: c.Status, PayoutID: c.PayoutID})
 	}
+	var paid []history.Payment
+	for _, p := range l.provider.Payments() {
+		paid = append(paid, history.Payment{Key: p.Key, WithdrawalID: p.WithdrawalID, Tag: p.Destination, PayoutID: p.PayoutID, At: p.At})
+	}
 	l.h.Finals(finals)
 	l.h.ProviderCalls(calls)
-	l.h.Finance(l.finance.IDs())
+	l.h.ProviderPaid(paid)
+	l.h.FinanceStatuses(l.finance.Statuses())
 	r := l.h.Check(o)
 	l.t.Logf("%s: API answers %s", l.name, l.answerCounts())
 	l.t.Logf("%s: %s", l.name, r)
 	if !r.OK() {
-		l.t.Errorf("%s: the checker found violations (lost %d, duplicated %d, unexpected %d, inconsistent %d, unreported %d):\n  %s",
-			l.name, r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, strings.Join(r.Problems, "\n  "))
+		l.t.Errorf("%s: the checker found violations (lost %d, duplicated %d, unexpected %d, inconsistent %d, unreported %d, "+
+			"paid-but-failed %d, paid-but-unreported %d):\n  %s",
+			l.name, r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, r.PaidButFailed, r.PaidButUnreported,
+			strings.Join(r.Problems, "\n  "))
 	}
 	if r.Acknowledged == 0 {
 		l.t.Errorf("%s: nothing was acknowledged: the run proved nothing", l.name)

@@ -173,24 +173,48 @@ func (t Toxic) String() string {
 }
 
 // Applied is a toxic as it was on: From and To are offsets from the
-// server's start (To is zero while it is still on).
+// server's start (To is zero while it is still on); Every, if set, is how
+// often it was redrawn (Redraw).
 type Applied struct {
 	Proxy    string
 	Toxic    Toxic
+	Every    time.Duration
 	From, To time.Duration
 }
 
 func (a Applied) String() string {
-	if a.To == 0 {
-		return fmt.Sprintf("%s: %s from %s (still on)", a.Proxy, a.Toxic, a.From.Round(100*time.Millisecond))
+	toxic := a.Toxic.String()
+	if a.Every > 0 {
+		toxic += fmt.Sprintf(" (redrawn every %s)", a.Every)
 	}
-	return fmt.Sprintf("%s: %s for %s (at %s)", a.Proxy, a.Toxic, (a.To - a.From).Round(100*time.Millisecond),
+	if a.To == 0 {
+		return fmt.Sprintf("%s: %s from %s (still on)", a.Proxy, toxic, a.From.Round(100*time.Millisecond))
+	}
+	return fmt.Sprintf("%s: %s for %s (at %s)", a.Proxy, toxic, (a.To - a.From).Round(100*time.Millisecond),
 		a.From.Round(100*time.Millisecond))
 }
 
 // Add puts toxic on p, on connections open and to come, until the returned
 // function removes it (calling it again does nothing).
 func (p *Proxy) Add(toxic Toxic) (remove func()) {
+	p.s.t.Helper()
+	a := &Applied{Proxy: p.Name, Toxic: toxic, From: time.Since(p.s.began)}
+	p.s.mu.Lock()
+	p.s.log = append(p.s.log, a)
+	p.s.mu.Unlock()
+	off := p.add(toxic)
+	return func() {
+		off()
+		p.s.mu.Lock()
+		if a.To == 0 {
+			a.To = time.Since(p.s.began)
+		}
+		p.s.mu.Unlock()
+	}
+}
+
+// add puts toxic on p without logging it.
+func (p *Proxy) add(toxic Toxic) (remove func()) {
 	p.s.t.Helper()
 	raw, err := json.Marshal(toxic)
 	if err != nil {
@@ -199,10 +223,6 @@ func (p *Proxy) Add(toxic Toxic) (remove func()) {
 	if _, err := p.p.Toxics.AddToxicJson(bytes.NewReader(raw)); err != nil {
 		p.s.t.Fatalf("toxitest: add %s to %s: %v", toxic, p.Name, err)
 	}
-	a := &Applied{Proxy: p.Name, Toxic: toxic, From: time.Since(p.s.began)}
-	p.s.mu.Lock()
-	p.s.log = append(p.s.log, a)
-	p.s.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -217,9 +237,6 @@ func (p *Proxy) Add(toxic Toxic) (remove func()) {
 			case <-time.After(removeTimeout):
 				p.s.t.Errorf("toxitest: removing %s from %s took over %s", toxic, p.Name, removeTimeout)
 			}
-			p.s.mu.Lock()
-			a.To = time.Since(p.s.began)
-			p.s.mu.Unlock()
 		})
 	}
 }
@@ -238,6 +255,41 @@ func (p *Proxy) For(ctx context.Context, d time.Duration, toxics ...Toxic) {
 	for _, remove := range removes {
 		remove()
 	}
+}
+
+// Redraw puts toxics on p for d, taking them off and putting them on again
+// every interval. A toxicity below 1 is drawn per connection as a toxic
+// goes on (or as a connection opens): left on, a toxic picks its victims
+// once and a client's pool soon holds only the connections it spared;
+// redrawn, it goes on picking some of them.
+func (p *Proxy) Redraw(ctx context.Context, d, every time.Duration, toxics ...Toxic) {
+	p.s.t.Helper()
+	var entries []*Applied
+	p.s.mu.Lock()
+	for _, t := range toxics {
+		a := &Applied{Proxy: p.Name, Toxic: t, Every: every, From: time.Since(p.s.began)}
+		entries = append(entries, a)
+		p.s.log = append(p.s.log, a)
+	}
+	p.s.mu.Unlock()
+	for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; {
+		removes := make([]func(), 0, len(toxics))
+		for _, t := range toxics {
+			removes = append(removes, p.add(t))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(every, time.Until(end))):
+		}
+		for _, remove := range removes {
+			remove()
+		}
+	}
+	p.s.mu.Lock()
+	for _, a := range entries {
+		a.To = time.Since(p.s.began)
+	}
+	p.s.mu.Unlock()
 }
 
 // Disable stops p for d: it closes every connection through it and refuses

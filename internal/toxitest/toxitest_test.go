@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -171,5 +172,57 @@ func TestProviderStallsAfterReading(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || served.Load() != 2 {
 		t.Fatalf("after the stall: %d, served %d", resp.StatusCode, served.Load())
+	}
+}
+
+// accepted is how many connections srv has accepted.
+func accepted(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no total_connections_received in INFO stats")
+	return 0
+}
+
+// TestRedraw: a toxic on half the connections, redrawn, goes on resetting
+// some of a busy client's connections, where left on it would spare the
+// replacements it never picked.
+func TestRedraw(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client(t)
+	tp := toxitest.Start(t)
+	p := tp.Proxy("redis", srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, stop := context.WithCancel(context.Background())
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		for ctx.Err() == nil {
+			_ = c.Incr(context.Background(), "n").Err()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	before := accepted(t, direct)
+	p.Redraw(context.Background(), time.Second, 50*time.Millisecond, toxitest.ResetPeer(toxitest.Downstream, 0).On(0.5))
+	stop()
+	<-busy
+	n := accepted(t, direct) - before
+	t.Logf("%d connections replaced over 20 redraws", n)
+	if n < 3 {
+		t.Errorf("%d connections replaced over 20 redraws of a reset on half of them, want several", n)
+	}
+	got := tp.Applied()
+	if len(got) != 1 || got[0].Every != 50*time.Millisecond || !strings.Contains(got[0].String(), "redrawn every 50ms") {
+		t.Errorf("applied = %v, want one redrawn entry", got)
 	}
 }

@@ -69,6 +69,10 @@ type load struct {
 
 	seq     atomic.Int64
 	answers sync.Map // status -> *atomic.Int64, over every try
+	// firstConflicts counts requests whose very first try was answered 409:
+	// no earlier try of theirs can hold the key, so the server found its
+	// own reservation (a reply lost and the command retried underneath).
+	firstConflicts atomic.Int64
 }
 
 func newLoad(t *testing.T, name string, a api, p *fakes.Provider, f *fakes.Finance) *load {
@@ -143,6 +147,9 @@ func (l *load) one(i int) {
 		status, id, due := l.api.create(ctx, user, key, body)
 		cancel()
 		l.count(status)
+		if try == 0 && status == http.StatusConflict {
+			l.firstConflicts.Add(1)
+		}
 		l.h.Create(tag, user, key, expect, status, id, due)
 		switch history.AnswerOf(status) {
 		case history.Acked:
@@ -259,6 +266,9 @@ func (l *load) check(finals []history.Final, o history.Options) history.Report {
 	l.h.FinanceStatuses(l.finance.Statuses())
 	r := l.h.Check(o)
 	l.t.Logf("%s: API answers %s", l.name, l.answerCounts())
+	if n := l.firstConflicts.Load(); n > 0 {
+		l.t.Logf("%s: %d requests had their first try answered 409 (their own key found in flight)", l.name, n)
+	}
 	l.t.Logf("%s: %s", l.name, r)
 	if !r.OK() {
 		l.t.Errorf("%s: the checker found violations (lost %d, duplicated %d, unexpected %d, inconsistent %d, unreported %d, "+

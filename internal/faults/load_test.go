@@ -166,17 +166,21 @@ func (l *load) one(i int) {
 	}
 }
 
-func (l *load) cancelOne(user, id string) {
+// cancelOne cancels withdrawal id, retrying an unknown answer, and returns
+// the last answer.
+func (l *load) cancelOne(user, id string) int {
+	status := 0
 	for try := range 4 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		status := l.api.cancel(ctx, user, id)
+		status = l.api.cancel(ctx, user, id)
 		cancel()
 		l.h.Cancel(id, status)
 		if history.AnswerOf(status) != history.Unknown {
-			return
+			return status
 		}
 		time.Sleep(time.Duration(150*(try+1)) * time.Millisecond)
 	}
+	return status
 }
 
 // settle waits until every withdrawal the ledger holds is final and every

@@ -3,7 +3,9 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,19 +208,21 @@ const stallRetries = 6
 type stall struct {
 	on       atomic.Bool
 	mu       sync.Mutex
-	stalled  map[string]int // key -> the call that stalled
+	stalled  map[string]int    // key -> the call that stalled
+	users    map[string]string // key -> the withdrawal's user
 	after5xx atomic.Int64
 }
 
-func newStall() *stall { return &stall{stalled: map[string]int{}} }
+func newStall() *stall { return &stall{stalled: map[string]int{}, users: map[string]string{}} }
 
 // rule is the provider's fakes.Rule.
-func (s *stall) rule(key string, _ fakes.Payout, n int) (int, time.Duration) {
+func (s *stall) rule(key string, p fakes.Payout, n int) (int, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.on.Load() {
 		if _, ok := s.stalled[key]; !ok {
 			s.stalled[key] = n
+			s.users[key] = p.UserID
 		}
 		return http.StatusOK, 0 // paid; the blackhole eats the answer
 	}
@@ -242,10 +246,48 @@ func (s *stall) String() string {
 	return fmt.Sprintf("%d keys stalled (paid, unanswered), then %d answers 503 under them", len(s.stalled), s.after5xx.Load())
 }
 
+// ended says how the withdrawals that stalled ended in the ledger.
+func (s *stall) ended(finals []history.Final) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	by := map[string]int{}
+	for _, f := range finals {
+		if _, ok := s.stalled[f.ID]; ok {
+			by[f.Status]++
+		}
+	}
+	var parts []string
+	for _, st := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%d %s", by[st], st))
+	}
+	return "the stalled ended " + strings.Join(parts, ", ")
+}
+
 func (s *stall) keys() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.stalled)
+}
+
+// cancelSome asks, as its user, to cancel every every-th withdrawal that
+// stalled, while the provider answers its calls 503: each may have been
+// paid, so none may be cancelled. It returns how many cancels were answered
+// 200.
+func (s *stall) cancelSome(l *load, every int) int {
+	s.mu.Lock()
+	ids := slices.Sorted(maps.Keys(s.stalled))
+	users := maps.Clone(s.users)
+	s.mu.Unlock()
+	ok := 0
+	for i, id := range ids {
+		if i%every != 0 {
+			continue
+		}
+		if l.cancelOne(users[id], id) == http.StatusOK {
+			ok++
+		}
+	}
+	return ok
 }
 
 // TestFaultToxiProvider runs the withdrawal load on `hourglass serve` while
@@ -263,6 +305,11 @@ func TestFaultToxiProvider(t *testing.T) {
 	st := newStall()
 	r.provider.Decide(refuseRejects(st.rule))
 	r.start()
+	// As the stall ends, cancel a third of the withdrawals it left unanswered.
+	stallPhase := st.phase(r.payoutPx, 2500*time.Millisecond, 3*time.Second)
+	var cancelled atomic.Int64
+	stallEnd := stallPhase.end
+	stallPhase.end = func() { stallEnd(); cancelled.Store(int64(st.cancelSome(r.load, 3))) }
 
 	began := time.Now()
 	ctx, stop := context.WithCancel(context.Background())
@@ -278,14 +325,15 @@ func TestFaultToxiProvider(t *testing.T) {
 			toxics: []toxitest.Toxic{toxitest.LimitData(toxitest.Downstream, 40)}},
 		{name: "connections reset on the answer", proxy: px, on: 2 * time.Second, heal: 1500 * time.Millisecond,
 			toxics: []toxitest.Toxic{toxitest.ResetPeer(toxitest.Downstream, 0)}},
-		st.phase(px, 2500*time.Millisecond, 3*time.Second),
+		stallPhase,
 	})
 	stop()
 	<-loaded
 	finals := r.settle(90 * time.Second)
 	rep := r.check(finals, history.Options{MaxAttempts: 4, LateAfter: 1500 * time.Millisecond})
 	report(t, r.name, r.tp, withdrawalCounts(rep))
-	t.Logf("%s: %s; %d lookups; run took %s", r.name, st, r.provider.Lookups(), time.Since(began).Round(100*time.Millisecond))
+	t.Logf("%s: %s; a third of them cancelled as the stall ended: %d answered 200; %s; %d lookups; run took %s", r.name, st,
+		cancelled.Load(), st.ended(finals), r.provider.Lookups(), time.Since(began).Round(100*time.Millisecond))
 	if st.keys() == 0 || rep.SameKeyAfterPaid == 0 {
 		t.Errorf("%s: %d keys stalled, %d calls after a payout: the faults did not bite", r.name, st.keys(), rep.SameKeyAfterPaid)
 	}
@@ -334,7 +382,7 @@ func TestFaultToxiLambda(t *testing.T) {
 	r.shutdown()
 	rep := r.check(finals, history.Options{MaxAttempts: 4, LateAfter: 2 * time.Second})
 	report(t, r.name, tp, withdrawalCounts(rep))
-	t.Logf("%s: %s; %d lookups; %d redeliveries; run took %s", r.name, st, r.provider.Lookups(),
+	t.Logf("%s: %s; %s; %d lookups; %d redeliveries; run took %s", r.name, st, st.ended(finals), r.provider.Lookups(),
 		r.source.Redelivered.Load(), time.Since(began).Round(100*time.Millisecond))
 	if st.keys() == 0 {
 		t.Errorf("%s: no payout stalled: the faults did not bite", r.name)

@@ -123,9 +123,9 @@ func redisConnections(t *testing.T, srv *redistest.Server) probe {
 
 // counts is the one line every toxiproxy run prints, whatever it loads.
 type counts struct {
-	requests, acked, unknown       int
-	paid, failed, cancelled        int
-	lost, duplicated, paidButFaild int
+	requests, acked, unknown        int
+	paid, failed, cancelled         int
+	lost, duplicated, paidButFailed int
 	// oversold is -1 where the run sells nothing.
 	oversold int
 }
@@ -136,12 +136,12 @@ func (c counts) String() string {
 		over = fmt.Sprint(c.oversold)
 	}
 	return fmt.Sprintf("requests=%d acked=%d unknown=%d paid=%d failed=%d cancelled=%d | lost=%d duplicated_payouts=%d paid_but_failed=%d oversold=%s",
-		c.requests, c.acked, c.unknown, c.paid, c.failed, c.cancelled, c.lost, c.duplicated, c.paidButFaild, over)
+		c.requests, c.acked, c.unknown, c.paid, c.failed, c.cancelled, c.lost, c.duplicated, c.paidButFailed, over)
 }
 
 func withdrawalCounts(r history.Report) counts {
 	return counts{requests: r.Requests, acked: r.Acknowledged, unknown: r.Unknown, paid: r.Paid, failed: r.Failed,
-		cancelled: r.Cancelled, lost: r.Lost, duplicated: r.Duplicated, paidButFaild: r.PaidButFailed, oversold: -1}
+		cancelled: r.Cancelled, lost: r.Lost, duplicated: r.Duplicated, paidButFailed: r.PaidButFailed, oversold: -1}
 }
 
 // report prints a run's counts and the toxics it applied, and fails the run
@@ -153,9 +153,9 @@ func report(t *testing.T, name string, tp *toxitest.Server, c counts) {
 	for _, a := range tp.Applied() {
 		t.Logf("%s: toxic %s", name, a)
 	}
-	if c.lost > 0 || c.duplicated > 0 || c.paidButFaild > 0 || c.oversold > 0 {
+	if c.lost > 0 || c.duplicated > 0 || c.paidButFailed > 0 || c.oversold > 0 {
 		t.Errorf("%s: lost %d, duplicated payouts %d, paid-but-failed %d, oversold %d: all must be 0",
-			name, c.lost, c.duplicated, c.paidButFaild, max(c.oversold, 0))
+			name, c.lost, c.duplicated, c.paidButFailed, max(c.oversold, 0))
 	}
 }
 

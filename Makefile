@@ -79,7 +79,7 @@ node_modules/.bin/dynalite: package.json package-lock.json
 
 .PHONY: e2e invoke rie test-faults
 
-test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover) judged by the history checker
+test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover, toxiproxy network faults) judged by the history checker
 	HOURGLASS_FAULT_RUNS=1 $(GO) test -race -count=1 -v -timeout 20m -run '^TestFault' ./internal/faults/
 
 e2e: rie ## Build the functions for this machine and run a withdrawal and a flash sale through them under the Lambda emulator

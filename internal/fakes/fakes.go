@@ -1,6 +1,8 @@
 // Package fakes holds the outside parties for tests: an idempotent payout
 // provider and a finance endpoint, both real HTTP servers that check the
-// signatures Hourglass sends.
+// signatures Hourglass sends. The provider keeps its own truth (what it
+// paid) apart from what it answered, because an answer can be lost on the
+// way back while the payment stands.
 package fakes
 
 import (
@@ -9,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,13 +29,18 @@ type Provider struct {
 	secret []byte
 	delay  time.Duration
 
-	mu      sync.Mutex
-	script  []int
-	rule    Rule
-	calls   map[string]int
-	paid    map[string]string
-	bodies  map[string][]byte
-	log     []Call
+	mu     sync.Mutex
+	script []int
+	rule   Rule
+	calls  map[string]int
+	paid   map[string]string
+	bodies map[string][]byte
+	log    []Call
+	// payments is the provider's truth: every key it paid, when and for
+	// whom, whether or not an answer ever reached the caller.
+	payments []Payment
+	// refused holds the keys refused for good (a 4xx verdict), for lookups.
+	refused map[string]bool
 	lookups int
 }
 
@@ -66,7 +72,7 @@ type Call struct {
 // NewProvider starts a Provider that checks signatures made with secret.
 func NewProvider(t testing.TB, secret string, script ...int) *Provider {
 	p := &Provider{t: t, secret: []byte(secret), script: script,
-		calls: map[string]int{}, paid: map[string]string{}, bodies: map[string][]byte{}}
+		calls: map[string]int{}, paid: map[string]string{}, bodies: map[string][]byte{}, refused: map[string]bool{}}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	p.URL = srv.URL
@@ -110,7 +116,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusOK {
 		if _, ok := p.paid[key]; !ok {
 			p.paid[key] = "po_" + key
+			p.payments = append(p.payments, Payment{Key: key, Payout: payout, PayoutID: p.paid[key], At: time.Now()})
 		}
+	}
+	if refusedForGood(status) {
+		p.refused[key] = true
 	}
 	payoutID := p.paid[key]
 	call := Call{Key: key, Payout: payout, At: time.Now(), Delay: delay, Status: status}
@@ -126,34 +136,6 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"payout_id": payoutID})
-}
-
-// lookup answers GET /{withdrawal_id}, signed over the id: paid with its
-// payout id, or 404 for a payout it never made (this fake settles every
-// request at once, so it has no pending ones).
-func (p *Provider) lookup(w http.ResponseWriter, r *http.Request) {
-	id := strings.TrimPrefix(r.URL.Path, "/")
-	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), []byte(id), time.Now(), time.Minute); err != nil {
-		p.t.Errorf("provider: bad lookup signature: %v", err)
-		w.WriteHeader(http.StatusUnauthorized)
-		return
-	}
-	p.mu.Lock()
-	payoutID, paid := p.paid[id]
-	p.lookups++
-	p.mu.Unlock()
-	if !paid {
-		w.WriteHeader(http.StatusNotFound)
-		return
-	}
-	_ = json.NewEncoder(w).Encode(map[string]string{"status": "paid", "payout_id": payoutID})
-}
-
-// Lookups is the number of status lookups answered.
-func (p *Provider) Lookups() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lookups
 }
 
 // Calls is the number of calls made under key, and whether key was paid.
@@ -187,6 +169,14 @@ func (p *Provider) Log() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Call(nil), p.log...)
+}
+
+// Payments returns what the provider paid, one entry per key, in the order
+// paid: its truth, which holds whether or not the caller ever got the answer.
+func (p *Provider) Payments() []Payment {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Payment(nil), p.payments...)
 }
 
 // Body is the last request body sent under key.
@@ -266,6 +256,18 @@ func (f *Finance) IDs() map[string]int {
 	out := map[string]int{}
 	for _, m := range f.msgs {
 		out[m.WithdrawalID]++
+	}
+	return out
+}
+
+// Statuses returns, per withdrawal id, the status of every message about it
+// in the order received ("paid", "failed", …).
+func (f *Finance) Statuses() map[string][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for _, m := range f.msgs {
+		out[m.WithdrawalID] = append(out[m.WithdrawalID], string(m.Status))
 	}
 	return out
 }

@@ -9,5 +9,18 @@
 //   - SQS partial batch failures, failed invocations and duplicate
 //     deliveries on the AWS wiring (poller -> SQS -> consumer Lambda handler);
 //   - a Redis Cluster master failover (its replica takes over) under the
-//     DynamoDB ledger.
+//     DynamoDB ledger;
+//   - network faults from toxiproxy (in process, package toxitest) between
+//     the stack and Redis and between the consumer and the provider, on
+//     `hourglass serve` and on the AWS wiring: replies later than the
+//     client's timeout, connections cut in the middle of a reply or reset,
+//     Redis blackholed for 10 s, a provider that stalls after reading the
+//     request (it paid; its answer never comes) and then answers 503; and a
+//     flash sale through the Redis faults, judged for oversell, lost
+//     purchases and stock conservation.
+//
+// Every toxiproxy run prints one counts line (requests, acked, unknown,
+// paid, failed, cancelled, lost, duplicated payouts, paid-but-failed,
+// oversold) and the toxics it applied with their durations, and fails if
+// any of lost, duplicated, paid-but-failed or oversold is above 0.
 package faults

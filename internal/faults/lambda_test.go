@@ -55,6 +55,9 @@ type awsOptions struct {
 	function func(sqsfake.Invoker) sqsfake.Invoker
 	// watch, if set, receives the Redis client (the cluster's guard).
 	watch func(redis.UniversalClient)
+	// payoutURL, if set, maps the fake provider's URL to the one the
+	// consumer calls (a proxy in front of it).
+	payoutURL func(providerURL string) string
 }
 
 func newAWSRun(t *testing.T, name string, o awsOptions) *awsRun {
@@ -69,6 +72,9 @@ func newAWSRun(t *testing.T, name string, o awsOptions) *awsRun {
 		"HOURGLASS_LEASE": "3s", "HOURGLASS_POLL_INTERVAL": "100ms", "HOURGLASS_LOG_LEVEL": "warn",
 		// A load run from one address is not what rate limits are for.
 		"HOURGLASS_RATE_WITHDRAWAL_USER": "off", "HOURGLASS_RATE_WITHDRAWAL_SOURCE": "off",
+	}
+	if o.payoutURL != nil {
+		env["PAYOUT_URL"] = o.payoutURL(provider.URL)
 	}
 	for k, v := range o.env {
 		env[k] = v

@@ -69,6 +69,10 @@ type load struct {
 
 	seq     atomic.Int64
 	answers sync.Map // status -> *atomic.Int64, over every try
+	// firstConflicts counts requests whose very first try was answered 409:
+	// no earlier try of theirs can hold the key, so the server found its
+	// own reservation (a reply lost and the command retried underneath).
+	firstConflicts atomic.Int64
 }
 
 func newLoad(t *testing.T, name string, a api, p *fakes.Provider, f *fakes.Finance) *load {
@@ -143,6 +147,9 @@ func (l *load) one(i int) {
 		status, id, due := l.api.create(ctx, user, key, body)
 		cancel()
 		l.count(status)
+		if try == 0 && status == http.StatusConflict {
+			l.firstConflicts.Add(1)
+		}
 		l.h.Create(tag, user, key, expect, status, id, due)
 		switch history.AnswerOf(status) {
 		case history.Acked:
@@ -159,17 +166,21 @@ func (l *load) one(i int) {
 	}
 }
 
-func (l *load) cancelOne(user, id string) {
+// cancelOne cancels withdrawal id, retrying an unknown answer, and returns
+// the last answer.
+func (l *load) cancelOne(user, id string) int {
+	status := 0
 	for try := range 4 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		status := l.api.cancel(ctx, user, id)
+		status = l.api.cancel(ctx, user, id)
 		cancel()
 		l.h.Cancel(id, status)
 		if history.AnswerOf(status) != history.Unknown {
-			return
+			return status
 		}
 		time.Sleep(time.Duration(150*(try+1)) * time.Millisecond)
 	}
+	return status
 }
 
 // settle waits until every withdrawal the ledger holds is final and every
@@ -249,15 +260,25 @@ func (l *load) check(finals []history.Final, o history.Options) history.Report {
 		calls = append(calls, history.ProviderCall{Key: c.Key, WithdrawalID: c.WithdrawalID, Tag: c.Destination,
 			At: c.At, Status: c.Status, PayoutID: c.PayoutID})
 	}
+	var paid []history.Payment
+	for _, p := range l.provider.Payments() {
+		paid = append(paid, history.Payment{Key: p.Key, WithdrawalID: p.WithdrawalID, Tag: p.Destination, PayoutID: p.PayoutID, At: p.At})
+	}
 	l.h.Finals(finals)
 	l.h.ProviderCalls(calls)
-	l.h.Finance(l.finance.IDs())
+	l.h.ProviderPaid(paid)
+	l.h.FinanceStatuses(l.finance.Statuses())
 	r := l.h.Check(o)
 	l.t.Logf("%s: API answers %s", l.name, l.answerCounts())
+	if n := l.firstConflicts.Load(); n > 0 {
+		l.t.Logf("%s: %d requests had their first try answered 409 (their own key found in flight)", l.name, n)
+	}
 	l.t.Logf("%s: %s", l.name, r)
 	if !r.OK() {
-		l.t.Errorf("%s: the checker found violations (lost %d, duplicated %d, unexpected %d, inconsistent %d, unreported %d):\n  %s",
-			l.name, r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, strings.Join(r.Problems, "\n  "))
+		l.t.Errorf("%s: the checker found violations (lost %d, duplicated %d, unexpected %d, inconsistent %d, unreported %d, "+
+			"paid-but-failed %d, paid-but-unreported %d):\n  %s",
+			l.name, r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, r.PaidButFailed, r.PaidButUnreported,
+			strings.Join(r.Problems, "\n  "))
 	}
 	if r.Acknowledged == 0 {
 		l.t.Errorf("%s: nothing was acknowledged: the run proved nothing", l.name)

@@ -8,8 +8,15 @@
 // A request is acknowledged when the API answered 2xx; refused when it
 // answered a 4xx other than 408 and 429 (it changed nothing); otherwise its
 // effect is unknown (a 5xx such as 503 during a failover, a timeout, a
-// dropped connection): it may or may not have created a withdrawal, and
-// either is correct.
+// dropped connection): it may or may not have happened, and either is
+// correct. That holds for creates (made or not) and cancels (cancelled or
+// not) alike.
+//
+// What the provider paid is judged by its own truth where the run has it
+// (ProviderPaid: every payment, whether or not its answer reached the
+// consumer), not only by the answers it sent: an answer lost on the way back
+// leaves a payment the consumer never heard of, and such a withdrawal must
+// still never end failed or cancelled, and finance must hear it was paid.
 package history
 
 import (
@@ -102,6 +109,16 @@ type ProviderCall struct {
 	PayoutID     string
 }
 
+// Payment is one payout the provider made (its truth): the idempotency key
+// it paid under, for which withdrawal, and when.
+type Payment struct {
+	Key          string
+	WithdrawalID string
+	Tag          string
+	PayoutID     string
+	At           time.Time
+}
+
 // Final is a withdrawal's state in the ledger once the run settled.
 type Final struct {
 	ID       string
@@ -120,9 +137,13 @@ type History struct {
 	cancels    []Cancel
 	deliveries map[string][]time.Time
 	calls      []ProviderCall
+	payments   []Payment
 	finals     map[string]Final
 	finance    map[string]int
-	finalsSet  bool
+	// told is the status of every finance message per withdrawal, when the
+	// run recorded them (FinanceStatuses); nil otherwise.
+	told      map[string][]string
+	finalsSet bool
 }
 
 // New returns an empty History.
@@ -176,13 +197,36 @@ func (h *History) ProviderCalls(calls []ProviderCall) {
 	h.calls = append(h.calls[:0], calls...)
 }
 
-// Finance records how many finance messages each withdrawal got.
+// ProviderPaid records the provider's truth (every payment it made, once).
+func (h *History) ProviderPaid(payments []Payment) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.payments = append(h.payments[:0], payments...)
+}
+
+// Finance records how many finance messages each withdrawal got, where the
+// run cannot see what they said: each is then taken to carry the ledger's
+// final status.
 func (h *History) Finance(msgs map[string]int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	clear(h.finance)
 	for id, n := range msgs {
 		h.finance[id] = n
+	}
+	h.told = nil
+}
+
+// FinanceStatuses records the status of every finance message per
+// withdrawal ("paid", "failed", …), in place of Finance.
+func (h *History) FinanceStatuses(msgs map[string][]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.finance)
+	h.told = map[string][]string{}
+	for id, statuses := range msgs {
+		h.finance[id] = len(statuses)
+		h.told[id] = slices.Clone(statuses)
 	}
 }
 
@@ -238,8 +282,9 @@ type Options struct {
 	LateAfter time.Duration
 }
 
-// Report is Check's verdict. Lost, Duplicated, Unexpected, Inconsistent and
-// Unreported are violations; the rest describe the run.
+// Report is Check's verdict. Lost, Duplicated, Unexpected, Inconsistent,
+// Unreported, PaidButFailed and PaidButUnreported are violations; the rest
+// describe the run.
 type Report struct {
 	// Requests counts create requests; Acknowledged, Refused and Unknown
 	// split them by their answer.
@@ -258,11 +303,21 @@ type Report struct {
 	// acknowledged and not of unknown effect).
 	Unexpected int
 	// Inconsistent: the ledger contradicts the provider or a cancel: paid
-	// without a successful payout (or with another payout id), failed or
-	// cancelled though the provider paid, a 200 cancel that did not stick.
+	// without a successful payout (or with another payout id), a 200 cancel
+	// that did not stick.
 	Inconsistent int
 	// Unreported: paid or failed, but finance never heard of it.
 	Unreported int
+	// PaidButFailed: the provider paid it (answered 2xx, or paid and its
+	// answer never arrived), yet the ledger ended failed or cancelled, or
+	// finance was told it failed.
+	PaidButFailed int
+	// PaidButUnreported: the provider paid it, but finance was never told
+	// it was paid.
+	PaidButUnreported int
+	// ProviderPaid counts the withdrawals the provider paid, by its truth
+	// where recorded, else by its 2xx answers.
+	ProviderPaid int
 
 	// Recovered: acknowledged and ended correctly, but only after a retry, a
 	// redelivery or a takeover (more than one provider call, ledger attempt
@@ -285,15 +340,17 @@ type Report struct {
 
 // OK reports whether the run broke no invariant.
 func (r Report) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Inconsistent == 0 && r.Unreported == 0
+	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Inconsistent == 0 && r.Unreported == 0 &&
+		r.PaidButFailed == 0 && r.PaidButUnreported == 0
 }
 
 func (r Report) String() string {
 	return fmt.Sprintf("requests=%d acknowledged=%d (paid=%d failed=%d cancelled=%d) refused=%d unknown=%d (created=%d) | "+
-		"lost=%d duplicated=%d unexpected=%d inconsistent=%d unreported=%d | recovered=%d (late %d) provider_calls=%d same_key_repeats=%d (after paid %d)",
+		"lost=%d duplicated=%d unexpected=%d inconsistent=%d unreported=%d paid_but_failed=%d paid_but_unreported=%d | "+
+		"provider_paid=%d recovered=%d (late %d) provider_calls=%d same_key_repeats=%d (after paid %d)",
 		r.Requests, r.Acknowledged, r.Paid, r.Failed, r.Cancelled, r.Refused, r.Unknown, r.UnknownCreated,
-		r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported,
-		r.Recovered, r.Late, r.ProviderCalls, r.SameKeyRepeats, r.SameKeyAfterPaid)
+		r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, r.PaidButFailed, r.PaidButUnreported,
+		r.ProviderPaid, r.Recovered, r.Late, r.ProviderCalls, r.SameKeyRepeats, r.SameKeyAfterPaid)
 }
 
 const maxProblems = 20
@@ -332,6 +389,18 @@ func (h *History) Check(o Options) Report {
 	paidBy := map[string]map[string]bool{}  // withdrawal id -> payout ids under its own key
 	tagOf := map[string]string{}            // withdrawal id -> tag, from the calls
 	r.ProviderCalls = len(calls)
+	pay := func(w, key, payoutID string) {
+		if payouts[w] == nil {
+			payouts[w] = map[string]bool{}
+		}
+		payouts[w][key+"/"+payoutID] = true
+		if key == w {
+			if paidBy[w] == nil {
+				paidBy[w] = map[string]bool{}
+			}
+			paidBy[w][payoutID] = true
+		}
+	}
 	for _, c := range calls {
 		ks := perKey[c.Key]
 		if ks == nil {
@@ -354,16 +423,13 @@ func (h *History) Check(o Options) Report {
 		if ks.paidAt.IsZero() {
 			ks.paidAt = c.At
 		}
-		w := c.WithdrawalID
-		if payouts[w] == nil {
-			payouts[w] = map[string]bool{}
-		}
-		payouts[w][c.Key+"/"+c.PayoutID] = true
-		if c.Key == w {
-			if paidBy[w] == nil {
-				paidBy[w] = map[string]bool{}
-			}
-			paidBy[w][c.PayoutID] = true
+		pay(c.WithdrawalID, c.Key, c.PayoutID)
+	}
+	// The provider's truth: payments whose answers may never have arrived.
+	for _, pm := range h.payments {
+		pay(pm.WithdrawalID, pm.Key, pm.PayoutID)
+		if pm.WithdrawalID != "" && pm.Tag != "" {
+			tagOf[pm.WithdrawalID] = pm.Tag
 		}
 	}
 	for _, ks := range perKey {
@@ -395,6 +461,8 @@ func (h *History) Check(o Options) Report {
 			cancels[c.ID] = c.Answer
 		}
 	}
+
+	paidButFailed := h.judgePaid(&r, payouts)
 
 	byTag := map[string][]Final{}
 	for _, f := range h.finals {
@@ -460,6 +528,8 @@ func (h *History) Check(o Options) Report {
 		case "inconsistent":
 			r.Inconsistent++
 			r.problem("inconsistent: %s (request %s): %s", own, tag, v.why)
+		case "paid-but-failed":
+			// Counted by judgePaid, with every other withdrawal the provider paid.
 		}
 		if !found {
 			continue
@@ -478,7 +548,7 @@ func (h *History) Check(o Options) Report {
 			r.Unreported++
 			r.problem("unreported: %s ended %s but finance never heard of it", own, f.Status)
 		}
-		if v.kind != "" || duplicated[own] || c.Answer != Acked {
+		if v.kind != "" || duplicated[own] || paidButFailed[own] || c.Answer != Acked {
 			continue
 		}
 		ks := perKey[own]
@@ -504,6 +574,54 @@ func (h *History) Check(o Options) Report {
 		}
 	}
 	return r
+}
+
+// judgePaid checks every withdrawal the provider paid against the ledger and
+// finance: it must not end failed or cancelled, finance must not be told it
+// failed, and finance must be told it was paid. It returns the withdrawals
+// found paid-but-failed.
+func (h *History) judgePaid(r *Report, payouts map[string]map[string]bool) map[string]bool {
+	bad := map[string]bool{}
+	for _, w := range keys(payouts) {
+		r.ProviderPaid++
+		f, found := h.finals[w]
+		told := h.toldOf(w, f, found)
+		switch {
+		case found && (f.Status == Failed || f.Status == Cancelled):
+			bad[w] = true
+			r.PaidButFailed++
+			r.problem("paid-but-failed: %s: the provider paid it (%s) but the ledger ended %s after %d attempts (finance told %v)",
+				w, strings.Join(keys(payouts[w]), ","), f.Status, f.Attempts, told)
+		case slices.Contains(told, Failed):
+			bad[w] = true
+			r.PaidButFailed++
+			r.problem("paid-but-failed: %s: the provider paid it but finance was told %v", w, told)
+		}
+		if !slices.Contains(told, Paid) {
+			r.PaidButUnreported++
+			status := "no record"
+			if found {
+				status = f.Status
+			}
+			r.problem("paid-but-unreported: %s: the provider paid it, the ledger says %s, finance was told %v", w, status, told)
+		}
+	}
+	return bad
+}
+
+// toldOf is what finance was told of withdrawal w: the recorded statuses, or
+// where only counts were recorded, that many of the ledger's final status.
+func (h *History) toldOf(w string, f Final, found bool) []string {
+	if h.told != nil {
+		return h.told[w]
+	}
+	var out []string
+	for range h.finance[w] {
+		if found {
+			out = append(out, f.Status)
+		}
+	}
+	return out
 }
 
 // late reports whether withdrawal id was first tried more than after past
@@ -543,7 +661,7 @@ func judge(c *Create, f Final, found bool, cancel Answer, hasCancel bool, ownPay
 	case Failed:
 		switch {
 		case paid:
-			return verdict{"inconsistent", "ledger failed, but the provider paid it"}
+			return verdict{"paid-but-failed", "ledger failed, but the provider paid it"}
 		case hasCancel && cancel == Acked:
 			return verdict{"inconsistent", "failed after a cancel answered 200"}
 		case c.Expect != Failed && (o.MaxAttempts == 0 || f.Attempts < o.MaxAttempts):
@@ -552,10 +670,12 @@ func judge(c *Create, f Final, found bool, cancel Answer, hasCancel bool, ownPay
 	case Cancelled:
 		switch {
 		case paid:
-			return verdict{"inconsistent", "cancelled, but the provider paid it"}
+			return verdict{"paid-but-failed", "cancelled, but the provider paid it"}
 		case !hasCancel:
 			return verdict{"lost", "cancelled without a cancel request"}
 		case cancel == Refused:
+			// A cancel without an answer may have happened: only one
+			// whose every try was refused proves it did not.
 			return verdict{"inconsistent", "cancelled though the cancel was refused"}
 		}
 	default:
@@ -564,7 +684,7 @@ func judge(c *Create, f Final, found bool, cancel Answer, hasCancel bool, ownPay
 	return verdict{}
 }
 
-func keys(m map[string]bool) []string {
+func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -32,13 +32,20 @@ func final(id, tag, status string, attempts int) history.Final {
 type counts struct {
 	Acknowledged, Refused, Unknown, Paid, Failed, Cancelled           int
 	Lost, Duplicated, Unexpected, Inconsistent, Unreported, Recovered int
+	PaidButFailed, PaidButUnreported, ProviderPaid                    int
 	SameKeyRepeats, SameKeyAfterPaid, UnknownCreated, ProviderCalls   int
 }
 
 func countsOf(r history.Report) counts {
 	return counts{r.Acknowledged, r.Refused, r.Unknown, r.Paid, r.Failed, r.Cancelled,
 		r.Lost, r.Duplicated, r.Unexpected, r.Inconsistent, r.Unreported, r.Recovered,
+		r.PaidButFailed, r.PaidButUnreported, r.ProviderPaid,
 		r.SameKeyRepeats, r.SameKeyAfterPaid, r.UnknownCreated, r.ProviderCalls}
+}
+
+// paid is the provider's truth of one payment, at ms.
+func paid(id, tag string, at int) history.Payment {
+	return history.Payment{Key: id, WithdrawalID: id, Tag: tag, PayoutID: "po_" + id, At: t0.Add(time.Duration(at) * time.Millisecond)}
 }
 
 func TestCheck(t *testing.T) {
@@ -59,7 +66,7 @@ func TestCheck(t *testing.T) {
 				h.Finals([]history.Final{final("w1", "t1", history.Paid, 1), final("w2", "t2", history.Failed, 1), final("w3", "t3", history.Cancelled, 0)})
 				h.Finance(map[string]int{"w1": 1, "w2": 1})
 			},
-			want: counts{Acknowledged: 3, Paid: 1, Failed: 1, Cancelled: 1, ProviderCalls: 2},
+			want: counts{Acknowledged: 3, Paid: 1, Failed: 1, Cancelled: 1, ProviderPaid: 1, ProviderCalls: 2},
 			ok:   true,
 		},
 		{
@@ -78,7 +85,7 @@ func TestCheck(t *testing.T) {
 				h.Finals([]history.Final{final("w1", "t1", history.Paid, 2), final("w2", "t2", history.Paid, 2), final("w3", "t3", history.Paid, 1)})
 				h.Finance(map[string]int{"w1": 1, "w2": 2, "w3": 1})
 			},
-			want: counts{Acknowledged: 3, Paid: 3, Recovered: 3, SameKeyRepeats: 2, SameKeyAfterPaid: 1, ProviderCalls: 5},
+			want: counts{Acknowledged: 3, Paid: 3, Recovered: 3, ProviderPaid: 3, SameKeyRepeats: 2, SameKeyAfterPaid: 1, ProviderCalls: 5},
 			ok:   true,
 		},
 		{
@@ -121,7 +128,7 @@ func TestCheck(t *testing.T) {
 			},
 			// w2's ledger names one of its two payouts: the other is the
 			// duplicate.
-			want: counts{Acknowledged: 2, Paid: 2, Duplicated: 2, SameKeyRepeats: 1, SameKeyAfterPaid: 1, ProviderCalls: 4},
+			want: counts{Acknowledged: 2, Paid: 2, Duplicated: 2, ProviderPaid: 2, SameKeyRepeats: 1, SameKeyAfterPaid: 1, ProviderCalls: 4},
 		},
 		{
 			name: "a single payout under a foreign key is duplicated too",
@@ -132,7 +139,7 @@ func TestCheck(t *testing.T) {
 				h.Finance(map[string]int{"w1": 1})
 			},
 			// And the ledger's payout matches no payout under its own key.
-			want: counts{Acknowledged: 1, Paid: 1, Duplicated: 1, Inconsistent: 1, ProviderCalls: 1},
+			want: counts{Acknowledged: 1, Paid: 1, Duplicated: 1, Inconsistent: 1, ProviderPaid: 1, ProviderCalls: 1},
 		},
 		{
 			name: "unexpected: a refused request that made one, a payout nobody asked for",
@@ -142,7 +149,7 @@ func TestCheck(t *testing.T) {
 				h.Finals([]history.Final{final("w1", "t1", history.Paid, 1), final("w9", "t9", history.Paid, 1)})
 				h.Finance(map[string]int{"w1": 1, "w9": 1})
 			},
-			want: counts{Refused: 1, Unexpected: 2, ProviderCalls: 2},
+			want: counts{Refused: 1, Unexpected: 2, ProviderPaid: 2, ProviderCalls: 2},
 		},
 		{
 			name: "unknown effect: made or not, both fine; made must still end right",
@@ -154,7 +161,7 @@ func TestCheck(t *testing.T) {
 				h.Finals([]history.Final{final("w1", "t1", history.Paid, 1), final("w3", "t3", "scheduled", 0)})
 				h.Finance(map[string]int{"w1": 1})
 			},
-			want: counts{Unknown: 3, UnknownCreated: 2, Inconsistent: 1, ProviderCalls: 1},
+			want: counts{Unknown: 3, UnknownCreated: 2, Inconsistent: 1, ProviderPaid: 1, ProviderCalls: 1},
 		},
 		{
 			name: "a retried request keeps its acknowledgment",
@@ -167,11 +174,11 @@ func TestCheck(t *testing.T) {
 				h.Finals([]history.Final{final("w1", "t1", history.Paid, 1), final("w2", "t2", history.Paid, 1)})
 				h.Finance(map[string]int{"w1": 1, "w2": 1})
 			},
-			want: counts{Acknowledged: 1, Paid: 1, Unknown: 1, UnknownCreated: 1, ProviderCalls: 2},
+			want: counts{Acknowledged: 1, Paid: 1, Unknown: 1, UnknownCreated: 1, ProviderPaid: 2, ProviderCalls: 2},
 			ok:   true,
 		},
 		{
-			name: "inconsistent: paid after a 200 cancel, cancelled after a 409, failed though paid; unreported",
+			name: "inconsistent: paid after a 200 cancel, cancelled after a 409; failed though paid; unreported",
 			build: func(h *history.History) {
 				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
 				h.Create("t2", "u", "k2", history.Paid, 202, "w2", t0)
@@ -184,7 +191,104 @@ func TestCheck(t *testing.T) {
 					final("w3", "t3", history.Failed, 8), final("w4", "t4", history.Paid, 1)})
 				h.Finance(map[string]int{"w1": 1, "w3": 1})
 			},
-			want: counts{Acknowledged: 4, Paid: 2, Failed: 1, Cancelled: 1, Inconsistent: 3, Unreported: 1, ProviderCalls: 3},
+			// w3 is paid-but-failed (and finance never heard it was paid); w4 is
+			// unreported and, paid at the provider, paid-but-unreported.
+			want: counts{Acknowledged: 4, Paid: 2, Failed: 1, Cancelled: 1, Inconsistent: 2, Unreported: 1,
+				PaidButFailed: 1, PaidButUnreported: 2, ProviderPaid: 3, ProviderCalls: 3},
+		},
+		{
+			name: "paid-but-failed: paid, its answer lost, then 5xx used up the attempts",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				// The provider's log shows only 5xx: its first answer, a 200,
+				// never left (or never arrived); its truth says it paid.
+				h.ProviderCalls([]history.ProviderCall{call("w1", "w1", "t1", 5, 503), call("w1", "w1", "t1", 9, 503), call("w1", "w1", "t1", 14, 503)})
+				h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+				h.Finals([]history.Final{final("w1", "t1", history.Failed, 3)})
+				h.FinanceStatuses(map[string][]string{"w1": {history.Failed}})
+			},
+			want: counts{Acknowledged: 1, Failed: 1, PaidButFailed: 1, PaidButUnreported: 1, ProviderPaid: 1, SameKeyRepeats: 2, ProviderCalls: 3},
+		},
+		{
+			name: "paid-but-failed: paid, its answer lost, then cancelled with a 200",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				h.Cancel("w1", 200)
+				h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+				h.Finals([]history.Final{final("w1", "t1", history.Cancelled, 1)})
+				h.FinanceStatuses(map[string][]string{})
+			},
+			want: counts{Acknowledged: 1, Cancelled: 1, PaidButFailed: 1, PaidButUnreported: 1, ProviderPaid: 1},
+		},
+		{
+			name: "paid-but-failed: the ledger ends paid, but finance was told failed first",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				h.ProviderCalls([]history.ProviderCall{call("w1", "w1", "t1", 1, 200)})
+				h.Finals([]history.Final{final("w1", "t1", history.Paid, 4)})
+				h.FinanceStatuses(map[string][]string{"w1": {history.Failed, history.Paid}})
+			},
+			want: counts{Acknowledged: 1, Paid: 1, PaidButFailed: 1, ProviderPaid: 1, ProviderCalls: 1},
+		},
+		{
+			name: "paid-but-unreported: paid at the provider, the ledger still retrying",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+				h.Finals([]history.Final{final("w1", "t1", "retrying", 2)})
+				h.FinanceStatuses(map[string][]string{})
+			},
+			want: counts{Acknowledged: 1, Lost: 1, PaidButUnreported: 1, ProviderPaid: 1},
+		},
+		{
+			name: "an unanswered payment asked again past the attempts until it is paid",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				h.ProviderCalls([]history.ProviderCall{call("w1", "w1", "t1", 5, 503), call("w1", "w1", "t1", 9, 503),
+					call("w1", "w1", "t1", 14, 503), call("w1", "w1", "t1", 20, 200)})
+				h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+				h.Finals([]history.Final{final("w1", "t1", history.Paid, 5)})
+				h.FinanceStatuses(map[string][]string{"w1": {history.Paid, history.Paid}})
+			},
+			want: counts{Acknowledged: 1, Paid: 1, Recovered: 1, ProviderPaid: 1, SameKeyRepeats: 3, ProviderCalls: 4},
+			ok:   true,
+		},
+		{
+			name: "cancels without an answer may or may not have happened",
+			build: func(h *history.History) {
+				for i, id := range []string{"w1", "w2", "w3", "w4"} {
+					expect := history.Paid
+					if id == "w4" {
+						expect = history.Failed
+					}
+					tag := "t" + id[1:]
+					h.Create(tag, "u", "k"+id[1:], expect, 202, id, t0.Add(time.Duration(i)*time.Millisecond))
+				}
+				h.Cancel("w1", 0) // happened
+				h.Cancel("w2", 0) // did not: paid
+				h.Cancel("w3", 503)
+				h.Cancel("w3", 409) // too late by then, and still indeterminate
+				h.Cancel("w4", 0)
+				h.Cancel("w4", 0)
+				h.ProviderCalls([]history.ProviderCall{call("w2", "w2", "t2", 1, 200), call("w3", "w3", "t3", 1, 200), call("w4", "w4", "t4", 1, 400)})
+				h.Finals([]history.Final{final("w1", "t1", history.Cancelled, 0), final("w2", "t2", history.Paid, 1),
+					final("w3", "t3", history.Paid, 1), final("w4", "t4", history.Failed, 1)})
+				h.FinanceStatuses(map[string][]string{"w2": {history.Paid}, "w3": {history.Paid}, "w4": {history.Failed}})
+			},
+			want: counts{Acknowledged: 4, Paid: 2, Failed: 1, Cancelled: 1, ProviderPaid: 2, ProviderCalls: 3},
+			ok:   true,
+		},
+		{
+			name: "a cancel answered 200 after one without an answer must stick",
+			build: func(h *history.History) {
+				h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+				h.Cancel("w1", 0)
+				h.Cancel("w1", 200)
+				h.ProviderCalls([]history.ProviderCall{call("w1", "w1", "t1", 1, 200)})
+				h.Finals([]history.Final{final("w1", "t1", history.Paid, 1)})
+				h.FinanceStatuses(map[string][]string{"w1": {history.Paid}})
+			},
+			want: counts{Acknowledged: 1, Paid: 1, Inconsistent: 1, ProviderPaid: 1, ProviderCalls: 1},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,6 +302,40 @@ func TestCheck(t *testing.T) {
 				t.Errorf("OK() = %v, want %v: %s %q", r.OK(), tc.ok, r, r.Problems)
 			}
 		})
+	}
+}
+
+// TestCheckNeedsTheProviderTruth: a payment whose answer was lost is seen
+// only through the provider's truth; without it the same history passes.
+func TestCheckNeedsTheProviderTruth(t *testing.T) {
+	build := func() *history.History {
+		h := history.New()
+		h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+		h.ProviderCalls([]history.ProviderCall{call("w1", "w1", "t1", 5, 503), call("w1", "w1", "t1", 9, 503), call("w1", "w1", "t1", 14, 503)})
+		h.Finals([]history.Final{final("w1", "t1", history.Failed, 3)})
+		h.FinanceStatuses(map[string][]string{"w1": {history.Failed}})
+		return h
+	}
+	if r := build().Check(history.Options{MaxAttempts: 3}); !r.OK() {
+		t.Fatalf("without the truth: %s %q, want it to pass (nothing shows the payment)", r, r.Problems)
+	}
+	h := build()
+	h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+	if r := h.Check(history.Options{MaxAttempts: 3}); r.OK() || r.PaidButFailed != 1 {
+		t.Fatalf("with the truth: %s, want paid-but-failed 1", r)
+	}
+}
+
+// TestFinanceCountsStandForTheLedgerStatus: where only counts of finance
+// messages are recorded, each is taken as the ledger's final status.
+func TestFinanceCountsStandForTheLedgerStatus(t *testing.T) {
+	h := history.New()
+	h.Create("t1", "u", "k1", history.Paid, 202, "w1", t0)
+	h.ProviderPaid([]history.Payment{paid("w1", "t1", 1)})
+	h.Finals([]history.Final{final("w1", "t1", history.Failed, 8)})
+	h.Finance(map[string]int{"w1": 1})
+	if r := h.Check(history.Options{MaxAttempts: 8}); r.PaidButFailed != 1 || r.PaidButUnreported != 1 {
+		t.Fatalf("%s, want paid-but-failed 1 and paid-but-unreported 1", r)
 	}
 }
 

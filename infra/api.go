@@ -36,6 +36,10 @@ var (
 		"POST /v1/withdrawals":                       {rate: 200, burst: 400},
 		"PUT /v1/seckill/items/{item_id}":            {rate: 10, burst: 20},
 		"GET /v1/admin/stats":                        {rate: 10, burst: 20},
+		// The payout provider's callbacks: a provider retries in bursts;
+		// the function limits each source address further
+		// (HOURGLASS_RATE_WEBHOOK_SOURCE).
+		"POST /v1/webhooks/payouts": {rate: 50, burst: 100},
 	}
 )
 
@@ -55,6 +59,9 @@ var routes = []route{
 	{awsapigatewayv2.HttpMethod_GET, "/v1/withdrawals/{id}", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_DELETE, "/v1/withdrawals/{id}", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_GET, "/v1/admin/stats", fnEnqueue, admin, ""},
+	{awsapigatewayv2.HttpMethod_POST, "/v1/webhooks/payouts", fnEnqueue, public,
+		"the payout provider's callbacks, which carry no user identity: each is authenticated by its " +
+			"X-Hourglass-Signature (HMAC-SHA256 with PAYOUT_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source"},
 	{awsapigatewayv2.HttpMethod_GET, "/healthz", fnEnqueue, public,
 		"a health check for load balancers and uptime probes: it answers ok or unavailable and reveals no data"},
 	{awsapigatewayv2.HttpMethod_PUT, "/v1/seckill/items/{item_id}", fnSeckill, admin, ""},
@@ -127,7 +134,7 @@ func (s *HourglassStack) createApi() {
 			for _, rt := range *added {
 				suppress(rt, "AwsSolutions-APIG4",
 					"Public by design (SPEC.md): "+string(r.method)+" "+r.path+" is "+r.why+
-						"; it is read-only and throttled like every route.")
+						"; it is throttled like every route.")
 			}
 		}
 	}

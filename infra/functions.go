@@ -85,8 +85,11 @@ func (s *HourglassStack) createFunctions() error {
 	specs := []functionSpec{
 		{
 			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
-			description: "Withdrawal API: create, list, get, cancel; operator stats; health",
-			env:         map[string]*string{"HOURGLASS_JWT_SCOPE": jsii.String(s.settings.JWTScope)},
+			description: "Withdrawal API: create, list, get, cancel; the payout provider's callbacks; operator stats; health",
+			env: map[string]*string{
+				"HOURGLASS_JWT_SCOPE":      jsii.String(s.settings.JWTScope),
+				"PAYOUT_WEBHOOK_SECRET_ID": jsii.String(s.settings.PayoutWebhookSecretName),
+			},
 		},
 		{
 			// More memory is more CPU: admissions come in bursts.
@@ -108,6 +111,8 @@ func (s *HourglassStack) createFunctions() error {
 			env: map[string]*string{
 				"PAYOUT_URL":                jsii.String(s.settings.PayoutURL),
 				"PAYOUT_SIGNING_SECRET_ARN": s.payoutSecret().SecretArn(),
+				"PAYOUT_LOOKUP":             jsii.String(strconv.FormatBool(s.settings.PayoutLookup)),
+				"PAYOUT_IDEMPOTENCY_WINDOW": jsii.String(s.settings.PayoutIdempotencyWindow),
 				"FINANCE_TOPIC_ARN":         s.FinanceTopic.TopicArn(),
 			},
 		},
@@ -143,6 +148,10 @@ func (s *HourglassStack) createFunctions() error {
 	// secretsmanager:GetSecretValue on the name plus Secrets Manager's
 	// random six-character suffix.
 	s.payoutSecret().GrantRead(consumer, nil)
+	// The provider's callbacks reach the withdrawal API (the enqueue
+	// function), which authenticates them with this secret. It is passed by
+	// name, which Secrets Manager resolves whatever the name looks like.
+	s.webhookSecret().GrantRead(enqueue, nil)
 
 	consumer.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(consumerBatchSize),
@@ -160,6 +169,16 @@ func (s *HourglassStack) payoutSecret() awssecretsmanager.ISecret {
 			jsii.String(s.settings.PayoutSecretName))
 	}
 	return s.PayoutSecret
+}
+
+// webhookSecret is the operator's existing secret that authenticates the
+// payout provider's callbacks.
+func (s *HourglassStack) webhookSecret() awssecretsmanager.ISecret {
+	if s.WebhookSecret == nil {
+		s.WebhookSecret = awssecretsmanager.Secret_FromSecretNameV2(s.Stack, jsii.String("PayoutWebhookSecret"),
+			jsii.String(s.settings.PayoutWebhookSecretName))
+	}
+	return s.WebhookSecret
 }
 
 // baseEnv is what every function reads.

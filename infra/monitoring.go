@@ -165,7 +165,8 @@ func (s *HourglassStack) createMonitoring() {
 			},
 			{
 				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth)),
-				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries)}),
+				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries),
+					sum(metrics.PayoutsUnresolved), sum(metrics.PayoutsRejected), sum(metrics.PayoutConflicts)}),
 				graph("Payout success rate (%)", 6, []awscloudwatch.IMetric{successRate}),
 				graph("Lag (ms): due to dispatch, due to consumer", 6, []awscloudwatch.IMetric{
 					hgMetric(metrics.DispatchLagMs, "p99", "dispatch p99", nil),
@@ -230,6 +231,33 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			Threshold:         jsii.Number(dueLagThresholdMs),
 			EvaluationPeriods: jsii.Number(dueLagPeriods),
 			DatapointsToAlarm: jsii.Number(dueLagPeriods),
+		})
+	// A payout whose outcome is unknown is never failed: it retries until
+	// the provider's lookup, its callback or an operator settles it. Past the
+	// attempts, or past the provider's idempotency window, a person looks.
+	alarm("PayoutsUnresolvedAlarm",
+		"A payout that may have been made is still unsettled after HOURGLASS_MAX_ATTEMPTS, or past the provider's idempotency window: "+
+			"check the provider (its lookup, its dashboard), then `hourglass payouts unresolved` and `hourglass payouts resolve`.",
+		&awscloudwatch.AlarmProps{
+			Metric:            hgMetric(metrics.PayoutsUnresolved, "Sum", "", nil),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("PayoutsRejectedAlarm",
+		"The payout provider refused our credentials or signature (401/403): payouts retry and never fail, but none is paid. "+
+			"Check PAYOUT_SIGNING_SECRET (a rotated key?) and the provider's account.",
+		&awscloudwatch.AlarmProps{
+			Metric:            hgMetric(metrics.PayoutsRejected, "Sum", "", nil),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("PayoutCallbackConflictsAlarm",
+		"A payout provider callback contradicts how a withdrawal ended (failed after paid, paid after cancelled): "+
+			"nothing was changed; reconcile it with the provider by hand.",
+		&awscloudwatch.AlarmProps{
+			Metric:            hgMetric(metrics.PayoutConflicts, "Sum", "", nil),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
 		})
 	alarm("DeadLetterQueueAlarm",
 		"A job message failed 5 deliveries and sits in the dead-letter queue: see the consumer's logs, then redrive it.",

@@ -111,6 +111,9 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 	st := f.def
 	id := func(c constructs.IConstruct) string { return logicalID(st, c) }
 	payoutSecret := ":secret:hourglass/payout-signing-secret-??????"
+	// Passed by name (PAYOUT_WEBHOOK_SECRET_ID): Secrets Manager resolves
+	// the name to the full ARN, which this pattern matches.
+	webhookSecret := ":secret:hourglass/payout-webhook-??????"
 	ledgerActions := []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"}
 	never := []string{"dynamodb:Scan", "dynamodb:CreateTable", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}
 	tests := []struct {
@@ -131,7 +134,8 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 				"dynamodb:Query":                {id(st.Withdrawals)},
 				"secretsmanager:GetSecretValue": {id(st.RedisAuth)},
 			},
-			never: append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt"}, never...),
+			never:    append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt"}, never...),
+			literals: []string{webhookSecret},
 		},
 		{
 			fn:    fnSeckill,

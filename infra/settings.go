@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Settings is what an operator chooses per deployment, read from CDK context
@@ -38,6 +39,14 @@ type Settings struct {
 	// the existing Secrets Manager secret that holds its signing key.
 	PayoutURL        string
 	PayoutSecretName string
+	// PayoutWebhookSecretName names the existing secret that authenticates
+	// the provider's callbacks (POST /v1/webhooks/payouts).
+	PayoutWebhookSecretName string
+	// PayoutLookup: the provider answers the status lookup
+	// GET $PAYOUT_URL/{withdrawal_id} (PAYOUT_LOOKUP). PayoutIdempotencyWindow:
+	// how long it remembers an idempotency key (PAYOUT_IDEMPOTENCY_WINDOW).
+	PayoutLookup            bool
+	PayoutIdempotencyWindow string
 	// ConsumerMaxConcurrency caps the consumer's SQS event source (2..1000).
 	ConsumerMaxConcurrency int
 }
@@ -54,6 +63,9 @@ const (
 	ctxQueueShards            = "queueShards"
 	ctxPayoutURL              = "payoutUrl"
 	ctxPayoutSecretName       = "payoutSecretName"
+	ctxWebhookSecretName      = "payoutWebhookSecretName"
+	ctxPayoutLookup           = "payoutLookup"
+	ctxIdempotencyWindow      = "payoutIdempotencyWindow"
 	ctxConsumerMaxConcurrency = "consumerMaxConcurrency"
 )
 
@@ -68,15 +80,20 @@ const (
 // DefaultSettings returns the value of every setting no context names.
 func DefaultSettings() Settings {
 	return Settings{
-		JWTIssuer:              placeholderIssuer,
-		JWTAudience:            "hourglass-app",
-		JWTScope:               "hourglass/user",
-		RedisNodeType:          "cache.r7g.large",
-		RedisShards:            2,
-		QueueShards:            4,
-		PayoutURL:              placeholderPayoutURL,
-		PayoutSecretName:       "hourglass/payout-signing-secret",
-		ConsumerMaxConcurrency: 20,
+		JWTIssuer:        placeholderIssuer,
+		JWTAudience:      "hourglass-app",
+		JWTScope:         "hourglass/user",
+		RedisNodeType:    "cache.r7g.large",
+		RedisShards:      2,
+		QueueShards:      4,
+		PayoutURL:        placeholderPayoutURL,
+		PayoutSecretName: "hourglass/payout-signing-secret",
+		// Not "-secret": a name ending in a hyphen and six characters reads
+		// as a complete ARN to Secrets Manager.
+		PayoutWebhookSecretName: "hourglass/payout-webhook",
+		PayoutLookup:            true,
+		PayoutIdempotencyWindow: "24h",
+		ConsumerMaxConcurrency:  20,
 	}
 }
 
@@ -143,6 +160,21 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	str(ctxRedisNodeType, &s.RedisNodeType)
 	str(ctxPayoutURL, &s.PayoutURL)
 	str(ctxPayoutSecretName, &s.PayoutSecretName)
+	str(ctxWebhookSecretName, &s.PayoutWebhookSecretName)
+	str(ctxIdempotencyWindow, &s.PayoutIdempotencyWindow)
+	switch v := get(ctxPayoutLookup).(type) {
+	case nil:
+	case bool:
+		s.PayoutLookup = v
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %q is not true or false", ctxPayoutLookup, v))
+		}
+		s.PayoutLookup = b
+	default:
+		errs = append(errs, fmt.Errorf("context %s: want true or false, got %v", ctxPayoutLookup, v))
+	}
 	// ElastiCache allows 1..500 node groups; the withdrawal queue 1..1024
 	// shards (HOURGLASS_QUEUE_SHARDS); SQS event sources 2..1000.
 	num(ctxRedisShards, &s.RedisShards, 1, 500)
@@ -169,8 +201,13 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	if !nodeTypePattern.MatchString(s.RedisNodeType) {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an ElastiCache node type (cache.<family>.<size>)", ctxRedisNodeType, s.RedisNodeType))
 	}
-	if !secretNamePattern.MatchString(s.PayoutSecretName) {
-		errs = append(errs, fmt.Errorf("context %s: %q is not a Secrets Manager secret name", ctxPayoutSecretName, s.PayoutSecretName))
+	for _, n := range []struct{ key, v string }{{ctxPayoutSecretName, s.PayoutSecretName}, {ctxWebhookSecretName, s.PayoutWebhookSecretName}} {
+		if !secretNamePattern.MatchString(n.v) {
+			errs = append(errs, fmt.Errorf("context %s: %q is not a Secrets Manager secret name", n.key, n.v))
+		}
+	}
+	if d, err := time.ParseDuration(s.PayoutIdempotencyWindow); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("context %s: %q is not a positive duration (24h)", ctxIdempotencyWindow, s.PayoutIdempotencyWindow))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Settings{}, err

@@ -22,7 +22,8 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 		t.Errorf("cdk.json context differs from DefaultSettings (-code +cdk.json):\n%s", diff)
 	}
 	keys := []string{ctxJWTIssuer, ctxJWTAudience, ctxJWTScope, ctxFinanceEmail, ctxAlarmEmail, ctxRedisNodeType, ctxRedisShards,
-		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxConsumerMaxConcurrency}
+		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxWebhookSecretName, ctxPayoutLookup, ctxIdempotencyWindow,
+		ctxConsumerMaxConcurrency}
 	for _, k := range keys {
 		if _, ok := ctx[k]; !ok {
 			t.Errorf("cdk.json does not document %s", k)

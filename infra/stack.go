@@ -67,6 +67,7 @@ type HourglassStack struct {
 	FinanceTopic      awssns.Topic
 	AlarmTopic        awssns.Topic
 	PayoutSecret      awssecretsmanager.ISecret
+	WebhookSecret     awssecretsmanager.ISecret
 	Functions         map[string]awslambda.Function
 	LogGroups         map[string]awslogs.LogGroup
 	Api               awsapigatewayv2.HttpApi

@@ -107,7 +107,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"HOURGLASS_LOG_LEVEL":         "info",
 	}
 	own := map[string]props{
-		fnEnqueue: {"HOURGLASS_JWT_SCOPE": "hourglass/user"},
+		fnEnqueue: {"HOURGLASS_JWT_SCOPE": "hourglass/user", "PAYOUT_WEBHOOK_SECRET_ID": "hourglass/payout-webhook"},
 		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user"},
 		fnPoller: {
 			"WORK_QUEUE_URL":          ref(logicalID(f.def, f.def.WorkQueue)),
@@ -119,7 +119,9 @@ func TestFunctionEnvironment(t *testing.T) {
 				"arn:", ref("AWS::Partition"), ":secretsmanager:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
 				":secret:hourglass/payout-signing-secret",
 			}}},
-			"FINANCE_TOPIC_ARN": ref(logicalID(f.def, f.def.FinanceTopic)),
+			"PAYOUT_LOOKUP":             "true",
+			"PAYOUT_IDEMPOTENCY_WINDOW": "24h",
+			"FINANCE_TOPIC_ARN":         ref(logicalID(f.def, f.def.FinanceTopic)),
 		},
 	}
 	fns := resources(f.defMap, "AWS::Lambda::Function")
@@ -412,6 +414,8 @@ var wantRoutes = []struct{ key, fn, auth string }{
 	{"DELETE /v1/withdrawals/{id}", fnEnqueue, "JWT"},
 	{"GET /v1/admin/stats", fnEnqueue, "AWS_IAM"},
 	{"GET /healthz", fnEnqueue, "NONE"},
+	// The provider's callbacks: no JWT, the signature authenticates.
+	{"POST /v1/webhooks/payouts", fnEnqueue, "NONE"},
 	{"PUT /v1/seckill/items/{item_id}", fnSeckill, "AWS_IAM"},
 	{"GET /v1/seckill/items/{item_id}", fnSeckill, "NONE"},
 	{"POST /v1/seckill/items/{item_id}/purchases", fnSeckill, "JWT"},
@@ -565,9 +569,17 @@ func TestAlarms(t *testing.T) {
 	check(t, "every alarm notifies the alarm topic, in and out of alarm", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), like(props{"AlarmActions": topic, "OKActions": topic}))
 	})
-	// due lag, DLQ, 4 function errors, poller heartbeat, one per Redis shard
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+2)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3)
+	// due lag, DLQ, 4 function errors, poller heartbeat, unresolved payouts,
+	// refused credentials, callback conflicts, one per Redis shard
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3)
+	// A payout that may have been made and is still unsettled pages.
+	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
+		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{
+			"Namespace": "Hourglass", "MetricName": m, "Statistic": "Sum",
+			"ComparisonOperator": "GreaterThanThreshold", "Threshold": 0, "EvaluationPeriods": 1,
+		})
+	}
 
 	hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{
 		"ComparisonOperator": "GreaterThanThreshold",

@@ -56,7 +56,8 @@ func root() *cobra.Command {
 		Use:   "hourglass",
 		Short: "Delayed withdrawals and flash sales on Redis",
 		Long: `hourglass runs Hourglass locally (serve) and operates a running one: its
-queues (stats, peek, dead), its flash sales (preheat) and its ledger (reconcile).
+queues (stats, peek, dead), its flash sales (preheat), its ledger (reconcile) and
+the payouts only an operator can settle (payouts).
 
 The operator commands talk to Redis directly: they read REDIS_URL (required),
 HOURGLASS_REDIS_PREFIX, HOURGLASS_QUEUE_SHARDS and the ledger settings
@@ -78,7 +79,7 @@ quiet when it is not. --json prints machine-readable output on standard output.`
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd())
+	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd())
 	return cmd
 }
 

@@ -106,7 +106,7 @@ func ResolveSecrets(ctx context.Context, cfg *config.Config) error {
 		{cfg.RedisAuthSecretARN, &cfg.RedisPassword},
 		{cfg.PayoutSecretARN, &cfg.PayoutSecret},
 		{cfg.FinanceSecretARN, &cfg.FinanceSecret},
-		{cfg.WebhookSecretARN, &cfg.PayoutWebhookSecret},
+		{cfg.WebhookSecretID, &cfg.PayoutWebhookSecret},
 	}
 	var api *secretsmanager.Client
 	for _, w := range wanted {

@@ -76,7 +76,9 @@ type Config struct {
 	RedisAuthSecretARN string `env:"REDIS_AUTH_SECRET_ARN"`
 	PayoutSecretARN    string `env:"PAYOUT_SIGNING_SECRET_ARN"`
 	FinanceSecretARN   string `env:"FINANCE_SIGNING_SECRET_ARN"`
-	WebhookSecretARN   string `env:"PAYOUT_WEBHOOK_SECRET_ARN"`
+	// WebhookSecretID names the callbacks' secret by name or ARN (Secrets
+	// Manager takes either; a name is what the stack passes).
+	WebhookSecretID string `env:"PAYOUT_WEBHOOK_SECRET_ID"`
 
 	// WorkQueueURL is the SQS queue the poller sends due jobs to (AWS).
 	WorkQueueURL string `env:"WORK_QUEUE_URL"`

@@ -42,7 +42,7 @@ type Config struct {
 	HTTPClient *http.Client
 	// Clock stamps signatures; nil means clock.System.
 	Clock clock.Clock
-	// NoLookup says the provider offers no status lookup (PAYOUT_LOOKUP=off):
+	// NoLookup says the provider offers no status lookup (PAYOUT_LOOKUP=false):
 	// Lookup then asks nothing. A provider without one may well answer 404
 	// to any GET, which would otherwise read as "never received".
 	NoLookup bool
@@ -188,7 +188,7 @@ func classify(code int, msg string) *Error {
 // provider has no lookup (withdrawal.ErrNoLookup).
 func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawal.Lookup, error) {
 	if c.noLookup {
-		return withdrawal.Lookup{}, fmt.Errorf("payout: %w (PAYOUT_LOOKUP=off)", withdrawal.ErrNoLookup)
+		return withdrawal.Lookup{}, fmt.Errorf("payout: %w (PAYOUT_LOOKUP=false)", withdrawal.ErrNoLookup)
 	}
 	if !validKey(w.ID) {
 		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/validation"
+	"github.com/hourglass/hourglass/shared/withdrawal"
+)
+
+func payoutsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "payouts",
+		Short: "List and settle payouts whose outcome the system cannot settle itself",
+		Long: `A payout call that got no answer (a timeout, a dropped connection, a consumer
+that died in the middle of it) may have paid. Such a withdrawal is never failed
+and never cancelled: it shows the user "processing" and is settled by the
+provider's status lookup or its callback, and asked again under the same
+idempotency key while the provider still remembers the key
+(PAYOUT_IDEMPOTENCY_WINDOW, 24h). Past that window, at a provider without a
+lookup (PAYOUT_LOOKUP=false), only an operator can settle it: look the payout up
+at the provider, then resolve it here. Finance is told of a resolution like of
+any outcome.
+
+Withdrawals that keep being refused for our credentials (401, 403) are listed
+too: they retry past HOURGLASS_MAX_ATTEMPTS until the credentials are fixed.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(payoutsUnresolvedCmd(), payoutsResolveCmd())
+	return cmd
+}
+
+func payoutsUnresolvedCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "unresolved",
+		Short: "List withdrawals whose payout may have been made, or that retry past the attempts",
+		Example: `  hourglass payouts unresolved
+  hourglass payouts unresolved --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, done, err := openApp(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ws, err := a.Service.Unresolved(cmd.Context(), a.Config.MaxAttempts)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				ID          string `json:"id"`
+				Status      string `json:"status"`
+				MayHavePaid bool   `json:"may_have_paid"`
+				Attempts    int    `json:"attempts"`
+				FirstSentAt string `json:"first_sent_at,omitempty"`
+				NextAt      string `json:"next_attempt_at"`
+				// PastWindow: first sent longer ago than the provider
+				// remembers keys: it is never sent again blind.
+				PastWindow bool   `json:"past_idempotency_window"`
+				LastError  string `json:"last_error"`
+			}
+			now := time.Now()
+			rows := make([]row, 0, len(ws))
+			for _, w := range ws {
+				r := row{ID: w.ID, Status: string(w.Status), MayHavePaid: w.MaybePaid, Attempts: w.Attempts,
+					NextAt: clock.Format(w.DueAt), LastError: w.LastError}
+				if !w.FirstSentAt.IsZero() {
+					r.FirstSentAt = clock.Format(w.FirstSentAt)
+					r.PastWindow = now.Sub(w.FirstSentAt) > a.Config.PayoutIdempotencyWindow
+				}
+				if w.Status == withdrawal.Processing {
+					r.NextAt = clock.Format(w.ProcessingUntil)
+				}
+				rows = append(rows, r)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, map[string]any{"withdrawals": rows})
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(out, "no unresolved payouts")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WITHDRAWAL\tSTATUS\tMAY HAVE PAID\tATTEMPTS\tFIRST SENT\tNEXT\tLAST ERROR")
+			for _, r := range rows {
+				first := "-"
+				if r.FirstSentAt != "" {
+					first = r.FirstSentAt
+					if r.PastWindow {
+						first += " (past the window)"
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.MayHavePaid, r.Attempts, first, r.NextAt,
+					truncate(r.LastError, 80))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"withdrawals":[{"id","status","may_have_paid","attempts",...}]}`)
+	return cmd
+}
+
+func payoutsResolveCmd() *cobra.Command {
+	var paid, failed, by string
+	cmd := &cobra.Command{
+		Use:   "resolve <withdrawal id> (--paid <payout id> | --failed <reason>)",
+		Short: "Settle a withdrawal by hand: the provider paid it, or it did not",
+		Long: `Settle a withdrawal whose outcome the system cannot settle itself, from what the
+provider's own records say: --paid with the provider's payout id, or --failed
+with the reason. The resolution is kept in the ledger with who (--by, default
+the operating system user) and when, and finance is told of it like of any
+outcome. A withdrawal whose payout attempt is running right now, or that ended
+otherwise, is refused (exit 1); resolving it as it already ended does nothing.`,
+		Example: `  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --paid po_8841
+  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --failed "not at the provider (checked 2026-12-01)" --by alice`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (paid == "") == (failed == "") {
+				return usagef("give exactly one of --paid <payout id> and --failed <reason>")
+			}
+			r := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: paid, By: cmp.Or(by, operator())}
+			if failed != "" {
+				r = withdrawal.Resolution{Status: withdrawal.Failed, Reason: failed, By: r.By}
+			}
+			a, done, err := openApp(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			w, err := a.Service.Resolve(cmd.Context(), args[0], r)
+			var verr *validation.Error
+			switch {
+			case errors.Is(err, withdrawal.ErrNotFound):
+				return fmt.Errorf("no withdrawal %s", args[0])
+			case errors.As(err, &verr):
+				return usageError{err}
+			case err != nil:
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s is %s (resolved by %s at %s); finance will be told\n",
+				w.ID, w.Status, w.ResolvedBy, clock.Format(w.ResolvedAt))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&paid, "paid", "", "the provider paid it: its payout id")
+	cmd.Flags().StringVar(&failed, "failed", "", "the provider did not pay it: why")
+	cmd.Flags().StringVar(&by, "by", "", "who resolves it (default: the operating system user)")
+	return cmd
+}
+
+// operator names the person at the terminal.
+func operator() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return cmp.Or(os.Getenv("USER"), "operator")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

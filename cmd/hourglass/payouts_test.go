@@ -1,0 +1,106 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hourglass/hourglass/internal/proctest"
+	"github.com/hourglass/hourglass/internal/redistest"
+)
+
+// TestOperatorResolvesAnUnknownPayout: a provider that pays but never
+// answers in time and has no working lookup leaves a withdrawal whose payout
+// may have been made; past the idempotency window it is never sent again.
+// The operator lists it, settles it from the provider's records, and
+// finance hears of it.
+func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
+	var posts atomic.Int32
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusServiceUnavailable) // the lookup is down
+			return
+		}
+		posts.Add(1)
+		time.Sleep(600 * time.Millisecond) // paid, answered past PAYOUT_TIMEOUT
+		_, _ = w.Write([]byte(`{"payout_id":"po_late"}`))
+	}))
+	t.Cleanup(provider.Close)
+	rs := redistest.Start(t)
+	finance := newFinanceSwitch(t)
+	finance.on.Store(true)
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
+		"REDIS_URL": rs.URL(), "FINANCE_WEBHOOK_URL": finance.URL, "PAYOUT_URL": provider.URL, "PAYOUT_TIMEOUT": "200ms",
+		"PAYOUT_IDEMPOTENCY_WINDOW": "300ms", "HOURGLASS_RETRY_BASE": "100ms", "HOURGLASS_RETRY_CAP": "200ms",
+		"HOURGLASS_POLL_INTERVAL": "50ms", "HOURGLASS_LOG_LEVEL": "warn",
+	})
+	env := map[string]string{"REDIS_URL": rs.URL(), "PAYOUT_IDEMPOTENCY_WINDOW": "300ms"}
+	c := s.create("alice", "k1", `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":0}`)
+	if c.status != 202 {
+		t.Fatalf("create: %d %s", c.status, c.raw)
+	}
+	id := c.body["id"].(string)
+
+	type unresolved struct {
+		Withdrawals []struct {
+			ID          string `json:"id"`
+			Status      string `json:"status"`
+			MayHavePaid bool   `json:"may_have_paid"`
+			Attempts    int    `json:"attempts"`
+			PastWindow  bool   `json:"past_idempotency_window"`
+		} `json:"withdrawals"`
+	}
+	var list unresolved
+	waitFor(t, 20*time.Second, "the payout to be unresolved past the window", func() bool {
+		okJSON(t, env, &list, "payouts", "unresolved", "--json")
+		return len(list.Withdrawals) == 1 && list.Withdrawals[0].PastWindow
+	})
+	if w := list.Withdrawals[0]; w.ID != id || !w.MayHavePaid || w.Status != "retrying" {
+		t.Fatalf("unresolved: %+v", list)
+	}
+	// It shows the user processing, and is not cancellable.
+	if w := s.do("GET", "/v1/withdrawals/"+id, "alice", nil, ""); w.body["status"] != "processing" {
+		t.Fatalf("the user sees %s", w.raw)
+	}
+	if r := s.do("DELETE", "/v1/withdrawals/"+id, "alice", nil, ""); r.status != 409 || r.body["code"] != "not_cancellable" {
+		t.Fatalf("cancel: %d %s", r.status, r.raw)
+	}
+	// Past the window nothing is sent again blind.
+	sent := posts.Load()
+	time.Sleep(time.Second)
+	if n := posts.Load(); n != sent {
+		t.Fatalf("%d payout requests sent past the idempotency window", n-sent)
+	}
+	if table := ok(t, env, "payouts", "unresolved"); !strings.Contains(table, id) || !strings.Contains(table, "past the window") {
+		t.Fatalf("unresolved table:\n%s", table)
+	}
+
+	if r := hg(t, env, "payouts", "resolve", id); r.code != 2 {
+		t.Fatalf("resolve without a verdict: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	if r := hg(t, env, "payouts", "resolve", id, "--paid", "po_late", "--failed", "x"); r.code != 2 {
+		t.Fatalf("resolve with both verdicts: exit %d, want 2", r.code)
+	}
+	if r := hg(t, env, "payouts", "resolve", "wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z", "--paid", "po_x"); r.code != 1 {
+		t.Fatalf("resolve of an unknown withdrawal: exit %d, want 1", r.code)
+	}
+	out := ok(t, env, "payouts", "resolve", id, "--paid", "po_late", "--by", "alice@ops")
+	if !strings.Contains(out, id+" is paid (resolved by alice@ops") {
+		t.Fatalf("resolve printed %q", out)
+	}
+	waitFor(t, 10*time.Second, "finance to hear of the resolution", func() bool { return finance.heard(id) > 0 })
+	if w := s.do("GET", "/v1/withdrawals/"+id, "alice", nil, ""); w.body["status"] != "paid" || w.body["payout_id"] != "po_late" {
+		t.Fatalf("after the resolution: %s", w.raw)
+	}
+	if r := hg(t, env, "payouts", "resolve", id, "--failed", "changed my mind"); r.code != 1 ||
+		!strings.Contains(r.stderr, "not resolvable") {
+		t.Fatalf("a contradicting resolution: exit %d\n%s", r.code, r.stderr)
+	}
+	okJSON(t, env, &list, "payouts", "unresolved", "--json")
+	if len(list.Withdrawals) != 0 {
+		t.Fatalf("still unresolved: %+v", list)
+	}
+}

@@ -31,6 +31,8 @@ FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/seckill:FuzzParseP
   ./shared/httpapi:FuzzRequestParts
 FUZZ_SHORT ?= 3s
 FUZZTIME   ?= 1m
+# make check-model: runs of each model checker.
+MODEL_RUNS ?= 10000
 # make soak: how long the load runs, and how hard.
 SOAK_DURATION ?= 5m
 SOAK_RATE     ?= 250
@@ -77,10 +79,16 @@ node_modules/.bin/dynalite: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-.PHONY: e2e invoke rie test-faults
+.PHONY: e2e invoke rie test-faults check-model
 
 test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover, toxiproxy network faults) judged by the history checker
 	HOURGLASS_FAULT_RUNS=1 $(GO) test -race -count=1 -v -timeout 20m -run '^TestFault' ./internal/faults/
+
+check-model: node_modules/.bin/dynalite ## The model checkers (withdrawals on Redis and DynamoDB, the flash sale) for MODEL_RUNS runs each (10000): runs, steps, distinct states, what they found
+	@mkdir -p bin; status=0; \
+	MODEL_RUNS=$(MODEL_RUNS) $(GO) test -count=1 -v -timeout 0 -run 'Model' ./internal/modelcheck/ ./shared/seckill/ \
+	  > bin/check-model.log 2>&1 || status=$$?; \
+	grep -E '^(model|--- FAIL|FAIL|ok)|failed after' bin/check-model.log; echo "the whole log: bin/check-model.log"; exit $$status
 
 e2e: rie ## Build the functions for this machine and run a withdrawal and a flash sale through them under the Lambda emulator
 	@$(call host_bootstraps,$(FUNCTIONS))

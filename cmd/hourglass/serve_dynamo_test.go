@@ -161,8 +161,9 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 		s := serve(t, proctest.FreeAddr(t), env)
 		body := walkthroughBody
 		id, otherID := walkWithdrawals(t, s)
-		// The records live in DynamoDB.
-		if it := dynamoItem(t, db, env["HOURGLASS_WITHDRAWALS_TABLE"], id); attrS(it, "status") != "paid" || attrS(it, "payout_id") != "sim_"+id {
+		// The records live in DynamoDB (the paid one returned by the
+		// provider's callback).
+		if it := dynamoItem(t, db, env["HOURGLASS_WITHDRAWALS_TABLE"], id); attrS(it, "status") != "returned" || attrS(it, "payout_id") != "sim_"+id {
 			t.Fatalf("DynamoDB record of %s: %v", id, it)
 		}
 		if it := dynamoItem(t, db, env["HOURGLASS_WITHDRAWALS_TABLE"], otherID); attrS(it, "status") != "cancelled" {

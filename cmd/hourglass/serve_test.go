@@ -215,6 +215,30 @@ func walkWithdrawals(t *testing.T, s *server) (paid, cancelled string) {
 		out, _ := os.ReadFile(s.log)
 		return bytes.Contains(out, []byte(`{"type":"payout.processed","withdrawal_id":"`+id+`"`))
 	})
+
+	// The provider reports that the money came back, signed as the README
+	// shows with `hourglass sign`.
+	callback := `{"event_id":"evt_1","withdrawal_id":"` + id + `","payout_id":"sim_` + id + `","status":"returned","reason":"account closed"}`
+	sign := exec.Command(proctest.Build(t, hourglassPkg), "sign")
+	sign.Stdin = strings.NewReader(callback)
+	sig, err := sign.Output()
+	if err != nil {
+		t.Fatalf("hourglass sign: %v", err)
+	}
+	headers := map[string]string{"X-Hourglass-Signature": strings.TrimSpace(string(sig)), "Content-Type": "application/json"}
+	for _, want := range []string{"applied", "duplicate"} {
+		r := s.do(http.MethodPost, "/v1/webhooks/payouts", "", headers, callback)
+		if r.status != http.StatusOK || r.body["status"] != "returned" || r.body["result"] != want {
+			t.Fatalf("callback (%s): %d %s", want, r.status, r.raw)
+		}
+	}
+	if r := s.do(http.MethodGet, "/v1/withdrawals/"+id, "alice", nil, ""); r.body["status"] != "returned" {
+		t.Fatalf("after the callback: %s", r.raw)
+	}
+	waitFor(t, 10*time.Second, "finance to hear of the return", func() bool {
+		out, _ := os.ReadFile(s.log)
+		return bytes.Contains(out, []byte(`{"type":"payout.processed","withdrawal_id":"`+id+`","user_id":"alice","status":"returned"`))
+	})
 	return id, otherID
 }
 

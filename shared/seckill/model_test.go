@@ -168,6 +168,16 @@ func (l *faultLedger) CreateOrder(ctx context.Context, o seckill.Order) error {
 	return l.do("create "+o.ID, func() error { return l.inner.CreateOrder(ctx, o) })
 }
 
+func (l *faultLedger) VoidOrder(ctx context.Context, o seckill.Order) (bool, error) {
+	var ordered bool
+	err := l.do("void "+o.ID, func() error {
+		var err error
+		ordered, err = l.inner.VoidOrder(ctx, o)
+		return err
+	})
+	return ordered, err
+}
+
 // scriptFaults is a go-redis hook that makes the reply of the next calls of
 // the flash sale's Lua scripts (by name) get lost, as armed: the script ran, and
 // go-redis runs it again with the same arguments, at once or (delayed) once
@@ -368,7 +378,7 @@ func newMachine(t rapid.TB, env *modelEnv) *machine {
 	m.svc = svc
 	m.orders = &faultLedger{inner: env.b.ledger(), park: m.parker.park}
 	m.proc = seckill.NewOrderProcessor(m.store, m.orders, m.clk, quiet)
-	m.comp = &seckill.Compensation{Store: m.store, Clock: m.clk, Log: quiet}
+	m.comp = &seckill.Compensation{Store: m.store, Orders: m.orders, Clock: m.clk, Log: quiet}
 	if m.queue, err = m.store.Queue(modelItem, modelMaxShards); err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +546,7 @@ func (m *machine) buy(user, qty int) {
 	if m.sale == nil {
 		return
 	}
-	name, s := userName(user), m.sale.n
+	name := userName(user)
 	body := []byte{}
 	if qty != 1 {
 		body = fmt.Appendf(nil, `{"quantity":%d}`, qty)
@@ -558,8 +568,10 @@ func (m *machine) buy(user, qty int) {
 			}
 			return
 		}
+		// Of the sale current now: a purchase whose script retry waited
+		// across a preheat was admitted (if at all) under the new one.
 		if k := m.known[p.ID]; k == nil {
-			m.known[p.ID] = &mPurchase{pid: p.ID, user: name, qty: p.Quantity, sale: s, status: seckill.Reserved}
+			m.known[p.ID] = &mPurchase{pid: p.ID, user: name, qty: p.Quantity, sale: m.sale.n, status: seckill.Reserved}
 		}
 	})
 }

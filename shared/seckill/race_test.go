@@ -71,6 +71,16 @@ func (l *slowLedger) CreateOrder(ctx context.Context, o seckill.Order) error {
 	return l.take().through(func() error { return l.OrderLedger.CreateOrder(ctx, o) })
 }
 
+func (l *slowLedger) VoidOrder(ctx context.Context, o seckill.Order) (bool, error) {
+	var ordered bool
+	err := l.take().through(func() error {
+		var err error
+		ordered, err = l.OrderLedger.VoidOrder(ctx, o)
+		return err
+	})
+	return ordered, err
+}
+
 // handOver is the AWS poller: it claims every due order job of item and
 // acks each at once, as SQS now holds it; it returns the jobs sent.
 func handOver(t *testing.T, q *delayq.Queue, now time.Time) []delayq.Job {
@@ -126,7 +136,7 @@ func soldOnce(t *testing.T, b orderBackend, item string, applyFirst, lose bool) 
 	}
 	slow := &slowLedger{OrderLedger: b.ledger()}
 	proc := seckill.NewOrderProcessor(store, slow, clk, quiet)
-	comp := &seckill.Compensation{Store: store, Clock: clk, Log: quiet}
+	comp := &seckill.Compensation{Store: store, Orders: slow, Clock: clk, Log: quiet}
 	if _, err := svc.Preheat(ctx, item, []byte(`{"stock":1,"ends_at":"2026-11-30T10:00:00Z"}`)); err != nil {
 		t.Fatal(err)
 	}

@@ -992,7 +992,7 @@ func purchaseAt(pid string) time.Time {
 	return ulid.Time(id.Time())
 }
 
-// modelSteps draws the next action.
+// drawAct draws the parameters of an action of kind.
 func drawAct(t *rapid.T, kind string) act {
 	a := act{Kind: kind}
 	switch kind {

@@ -24,9 +24,8 @@ require (
 	github.com/shopspring/decimal v1.6.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sync v0.25.0
+	pgregory.net/rapid v1.3.0
 )
-
-require pgregory.net/rapid v1.3.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -492,7 +492,7 @@ func (a *App) tasks() []poller.Task {
 
 // Compensation returns the flash-sale compensation pass.
 func (a *App) Compensation() *seckill.Compensation {
-	return &seckill.Compensation{Store: a.Items, Clock: a.Clock, Log: a.Log, ReservedTimeout: a.Config.ReservedTimeout,
+	return &seckill.Compensation{Store: a.Items, Orders: a.Orders, Clock: a.Clock, Log: a.Log, ReservedTimeout: a.Config.ReservedTimeout,
 		Metrics: a.Metrics}
 }
 

@@ -672,7 +672,7 @@ func (s *saleCluster) staleTake(t *testing.T) {
 	// The stall outlasts the hold's deadline and grace, and the compensation
 	// pass runs.
 	stalledClock.Advance(seckill.DefaultHold + time.Minute)
-	comp := &seckill.Compensation{Store: s.store, Clock: stalledClock, Log: clusterLog, HoldGrace: time.Second}
+	comp := &seckill.Compensation{Store: s.store, Orders: s.orders, Clock: stalledClock, Log: clusterLog, HoldGrace: time.Second}
 	rep, err := comp.Run(ctx, stalledClock.Now())
 	if err != nil || rep.HoldsReturned != 1 {
 		t.Fatalf("compensation: %+v, %v; want the hold given back", rep, err)

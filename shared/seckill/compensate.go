@@ -25,15 +25,26 @@ const (
 )
 
 // Compensation finds flash-sale work that fell through the cracks and ends
-// it: purchases still reserved long after admission whose order job is gone
-// (lost, or dead after failing every delivery) are enqueued again, a few times,
-// then released; holds whose buyer died mid-purchase are settled or given back;
-// items long ended leave the poller's list.
+// it: purchases still reserved long after admission (or their last
+// re-enqueue) whose order job is not in Redis are enqueued again, a few
+// times, then given up on; holds whose buyer died mid-purchase are settled or
+// given back; items long ended leave the poller's list.
+//
+// A job that is not in Redis may be lost, dead, or in SQS (the AWS poller
+// acks a job once SQS holds it), and an order write may be slow or its
+// answer lost: absence proves nothing. So giving up on a purchase first
+// voids its order id in the order ledger, one conditional write that a
+// later CreateOrder cannot pass; only then is the purchase released. If the
+// order exists already, the purchase is confirmed instead.
 type Compensation struct {
 	Store *Store
-	Clock clock.Clock
-	Log   *slog.Logger
-	// ReservedTimeout is how old a reserved purchase must be to be looked at.
+	// Orders is the order ledger, where a purchase given up on has its
+	// order id voided (or its order found); a pass without it fails.
+	Orders OrderLedger
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// ReservedTimeout is how long a reserved purchase is left alone after
+	// its admission and after each re-enqueue.
 	ReservedTimeout time.Duration
 	MaxRequeues     int
 	// HoldGrace is how long past its deadline a hold is left alone (clock
@@ -45,10 +56,12 @@ type Compensation struct {
 	Metrics *metrics.Emitter
 }
 
-// Report counts what a pass did.
+// Report counts what a pass did. Confirmed counts purchases given up on
+// whose order turned out to exist.
 type Report struct {
 	Requeued      int `json:"requeued"`
 	Released      int `json:"released"`
+	Confirmed     int `json:"confirmed"`
 	HoldsSettled  int `json:"holds_settled"`
 	HoldsReturned int `json:"holds_returned"`
 	Unregistered  int `json:"unregistered"`
@@ -66,6 +79,9 @@ func (c *Compensation) defaults() {
 func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 	c.defaults()
 	var rep Report
+	if c.Orders == nil {
+		return rep, errors.New("seckill: compensation needs the order ledger")
+	}
 	items, err := c.Store.Items(ctx)
 	if err != nil {
 		return rep, err
@@ -80,7 +96,7 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 		metrics.Of(metrics.CompensationRequeued, metrics.Count, float64(rep.Requeued)),
 		metrics.Of(metrics.CompensationReleased, metrics.Count, float64(rep.Released)))
 	if rep != (Report{}) {
-		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released,
+		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released, "confirmed", rep.Confirmed,
 			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered)
 	}
 	return rep, errors.Join(errs...)
@@ -114,26 +130,27 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 
 // reserved follows up overdue reserved purchases of shard n: those with a
 // record (taken from another shard, or enqueued again before), then those
-// made there as their buyer's home shard, which have none.
+// made there as their buyer's home shard, which have none. A purchase that
+// cannot be followed up now (the ledger did not answer) does not hold up
+// the others.
 func (c *Compensation) reserved(ctx context.Context, item string, n int, now time.Time, rep *Report) error {
 	k := c.Store.keys(item, n)
 	before := now.Add(-c.ReservedTimeout)
+	var errs []error
 	err := c.Store.scanHash(ctx, k.Purchases, func(kv []string) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			p, err := decodePurchase(item, n, kv[i], kv[i+1])
-			if err != nil || p.Status != Reserved || !p.CreatedAt.Before(before) {
+			if err != nil || p.Status != Reserved || !p.UpdatedAt.Before(before) {
 				continue
 			}
-			if err := c.repair(ctx, item, n, jobOf(p), now, before, rep); err != nil {
-				return err
-			}
+			errs = append(errs, c.repair(ctx, p, now, before, rep))
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	return c.Store.scanHash(ctx, k.Users, func(kv []string) error {
+	err = c.Store.scanHash(ctx, k.Users, func(kv []string) error {
 		var overdue []orderJob
 		for i := 0; i+1 < len(kv); i += 2 {
 			for _, ref := range parseEntry(kv[i+1]) {
@@ -158,31 +175,42 @@ func (c *Compensation) reserved(ctx context.Context, item string, n int, now tim
 			if recs[i] != nil {
 				continue // it has a record: the first pass saw it
 			}
-			if err := c.repair(ctx, item, n, j, now, before, rep); err != nil {
-				return err
-			}
+			errs = append(errs, c.repair(ctx, j.reserved(item), now, before, rep))
 		}
 		return nil
 	})
+	return errors.Join(append(errs, err)...)
 }
 
-// repair follows up one overdue reserved purchase of shard n.
-func (c *Compensation) repair(ctx context.Context, item string, n int, j orderJob, now, before time.Time, rep *Report) error {
-	k := c.Store.keys(item, n)
-	res, err := repairScript.Run(ctx, c.Store.rdb, []string{k.Meta, k.Purchases, k.Due, k.Inflight, k.Dead, k.Users},
-		j.pid, now.UnixMilli(), c.MaxRequeues, before.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n, j.String()).Slice()
+// repair follows up overdue reserved purchase p: its job enqueued again, or,
+// after MaxRequeues, the purchase given up on (see Compensation).
+func (c *Compensation) repair(ctx context.Context, p Purchase, now, before time.Time, rep *Report) error {
+	k := c.Store.keys(p.ItemID, p.Shard)
+	j := jobOf(p)
+	res, err := repairScript.Run(ctx, c.Store.rdb, []string{k.Purchases, k.Due, k.Inflight, k.Dead, k.Users},
+		j.pid, now.UnixMilli(), c.MaxRequeues, before.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), p.Shard, j.String()).Slice()
 	if err != nil {
 		return err
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
 		rep.Requeued++
-		c.Log.Warn("order job of a reserved purchase was lost; enqueued again", "item_id", item, "purchase_id", j.pid)
+		c.Log.Warn("order job of a reserved purchase is not in Redis (lost, dead, or in SQS); enqueued again",
+			"item_id", p.ItemID, "purchase_id", p.ID)
 	case 2:
-		rep.Released++
-		c.Log.Error("purchase released: its order could not be made", "item_id", item, "purchase_id", j.pid)
-		if _, err := c.Store.unclaim(ctx, item, j.home, j.user, j.pid, j.qty, false); err != nil {
+		status, done, err := c.Store.giveUp(ctx, c.Orders, p, now)
+		if err != nil {
 			return err
+		}
+		switch {
+		case !done:
+		case status == Confirmed:
+			rep.Confirmed++
+			c.Log.Warn("purchase given up on had its order after all; confirmed", "item_id", p.ItemID, "purchase_id", p.ID)
+		default:
+			rep.Released++
+			c.Log.Error("purchase released: its order was not made in time, and its order id is now void",
+				"item_id", p.ItemID, "purchase_id", p.ID)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,8 +41,40 @@ func newProtoEnv(t *testing.T, b redistest.Backend, stock, shards int) protoEnv 
 	if _, err := e.svc.Preheat(context.Background(), "phone", body); err != nil {
 		t.Fatal(err)
 	}
-	e.comp = &Compensation{Store: e.store, Clock: e.clock, Log: quiet}
+	e.comp = &Compensation{Store: e.store, Orders: &memOrders{}, Clock: e.clock, Log: quiet}
 	return e
+}
+
+// memOrders is an order ledger in memory, with the contract's ids claimed
+// once: by an order or by a void. (The real ledgers, in package ledger, are
+// tested on Redis and on dynalite.)
+type memOrders struct {
+	mu  sync.Mutex
+	ids map[string]bool // order id -> voided
+}
+
+func (l *memOrders) claim(id string, void bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ids == nil {
+		l.ids = map[string]bool{}
+	}
+	if v, ok := l.ids[id]; ok {
+		return v
+	}
+	l.ids[id] = void
+	return void
+}
+
+func (l *memOrders) CreateOrder(_ context.Context, o Order) error {
+	if l.claim(o.ID, false) {
+		return ErrOrderVoided
+	}
+	return nil
+}
+
+func (l *memOrders) VoidOrder(_ context.Context, o Order) (bool, error) {
+	return !l.claim(o.ID, true), nil
 }
 
 func homedAt(shard, shards int) string {
@@ -180,6 +213,8 @@ func TestRetriedAdmissionCountsOnce(t *testing.T) {
 }
 
 func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
+	// A job lost from Redis: re-enqueued, each time a timeout after the
+	// last, then given up on (the order id voided) and released.
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newProtoEnv(t, b, 3, 1)
@@ -200,6 +235,13 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 			t.Fatalf("young purchase touched: %+v", rep)
 		}
 		for i := 1; i <= DefaultMaxRequeues; i++ {
+			// Each re-enqueue is given the timeout again.
+			if i > 1 {
+				e.clock.Advance(DefaultReservedTimeout - time.Second)
+				if rep, _ := e.comp.Run(ctx, e.clock.Now()); rep.Requeued != 0 {
+					t.Fatalf("pass %d within the timeout of the last re-enqueue: %+v", i, rep)
+				}
+			}
 			e.clock.Advance(2 * time.Second)
 			rep, err := e.comp.Run(ctx, e.clock.Now())
 			if err != nil || rep.Requeued != 1 {
@@ -214,9 +256,15 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 			}
 			lose()
 		}
+		e.clock.Advance(DefaultReservedTimeout + time.Second)
 		rep, err := e.comp.Run(ctx, e.clock.Now())
 		if err != nil || rep.Released != 1 {
 			t.Fatalf("final pass: %+v %v", rep, err)
+		}
+		// Released only once its order id was void: a delivery still on
+		// its way (in SQS, say) can no longer make the order.
+		if err := e.comp.Orders.CreateOrder(ctx, Order{ID: OrderID(p.ID)}); !errors.Is(err, ErrOrderVoided) {
+			t.Fatalf("a late order of the released purchase: %v, want ErrOrderVoided", err)
 		}
 		got, err := e.svc.Mine(ctx, "phone", "alice")
 		if err != nil || got.Status != Released {
@@ -227,6 +275,35 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 		}
 		if _, err := e.svc.Purchase(ctx, "phone", "alice", nil); err != nil {
 			t.Fatalf("alice's limit not given back: %v", err)
+		}
+	})
+}
+
+// TestRetriedPreheatKeepsWhatFollowed: a preheat script whose reply was
+// lost is run again by go-redis, maybe after buyers were admitted under the
+// new version. The retry must neither drop them nor fail the preheat
+// (orders pending) that happened.
+func TestRetriedPreheatKeepsWhatFollowed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newProtoEnv(t, b, 3, 1)
+		it := Item{ID: "phone", Stock: 5, StartsAt: p0, EndsAt: p0.Add(time.Hour), PerUserLimit: 1, Shards: 1,
+			Version: e.version(t, ctx) + 1}
+		if ok, err := e.store.preheatShard(ctx, it, 0, 5); err != nil || !ok {
+			t.Fatalf("preheat: %t %v", ok, err)
+		}
+		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := e.store.preheatShard(ctx, it, 0, 5); err != nil || !ok {
+			t.Fatalf("the retried preheat: %t %v, want it done", ok, err)
+		}
+		if st, _ := e.store.Stats(ctx); st["phone"].StockLeft != 4 || st["phone"].Admitted != 1 {
+			t.Fatalf("stats after the retry %+v", st["phone"])
+		}
+		if got, err := e.svc.Mine(ctx, "phone", "alice"); err != nil || got.ID != p.ID {
+			t.Fatalf("alice's purchase after the retry: %+v %v", got, err)
 		}
 	})
 }

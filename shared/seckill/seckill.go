@@ -49,7 +49,8 @@ const (
 type PurchaseStatus string
 
 // Purchase statuses: reserved on admission, then confirmed (the order exists)
-// or released (the order could not be made; the stock went back).
+// or released (its order id is void in the ledger, so the order can never
+// be made; the stock went back).
 const (
 	Reserved  PurchaseStatus = "reserved"
 	Confirmed PurchaseStatus = "confirmed"
@@ -135,6 +136,9 @@ var (
 	ErrBadOrderJob = errors.New("seckill: unreadable order job")
 	// ErrPermanent marks an order that can never be created.
 	ErrPermanent = errors.New("seckill: order refused")
+	// ErrOrderVoided: the order id was voided (see OrderLedger.VoidOrder);
+	// no order can be made for the purchase, which is released.
+	ErrOrderVoided = errors.New("seckill: order voided")
 )
 
 var itemIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

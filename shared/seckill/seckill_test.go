@@ -420,8 +420,9 @@ func TestBorrowFromAnotherShardKeepsTheLimit(t *testing.T) {
 	})
 }
 
-// failingLedger refuses every order permanently.
-type failingLedger struct{}
+// failingLedger refuses every order permanently (and voids them in the
+// Redis order ledger).
+type failingLedger struct{ *ledger.RedisOrders }
 
 func (failingLedger) CreateOrder(context.Context, seckill.Order) error {
 	return fmt.Errorf("%w: the warehouse does not know this item", seckill.ErrPermanent)
@@ -453,7 +454,7 @@ func TestOrdersConfirmOrRelease(t *testing.T) {
 		}
 
 		// The order of bob's purchase can never be made: released, stock back.
-		bad := seckill.NewOrderProcessor(e.store, failingLedger{}, e.clock, quiet)
+		bad := seckill.NewOrderProcessor(e.store, failingLedger{e.ledger.(*ledger.RedisOrders)}, e.clock, quiet)
 		q, err := e.buy("phone", "bob", 1)
 		if err != nil {
 			t.Fatal(err)

@@ -322,6 +322,12 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 			if set, err = s.settings(ctx, itemID, now, true); err != nil {
 				return Purchase{}, err
 			}
+			// A new id for the new version: "another version" may be the
+			// answer of a retry (go-redis resends a script whose reply was
+			// lost) whose first run admitted this id under the old one,
+			// before the preheat. Reused, the id would be one purchase in
+			// two sales, sharing one order.
+			a.pid = NewPurchaseID(now)
 			continue
 		case codeAdmitted:
 			return s.admitted(a, a.home), nil

@@ -15,8 +15,18 @@
 -- ARGV[5] -> per-user limit
 -- ARGV[6] -> this shard's stock
 --
--- Returns 1 when reset, 0 when orders are pending.
-local m = redis.call('HMGET', KEYS[1], 'version', 'stock', 'confirmed')
+-- Returns 1 when reset (or reset already by this very preheat), 0 when
+-- orders are pending.
+--
+-- Run twice with the same ARGV (a lost reply that the client retries, maybe
+-- after buyers were admitted under the new version), the second run finds
+-- the shard holding exactly this version and these settings and leaves it
+-- alone: resetting it again would drop those buyers, and refusing (their
+-- orders are pending) would fail a preheat that happened.
+local m = redis.call('HMGET', KEYS[1], 'version', 'stock', 'confirmed', 'shards', 'starts', 'ends', 'limit')
+if m[1] == ARGV[1] and m[4] == ARGV[2] and m[5] == ARGV[3] and m[6] == ARGV[4] and m[7] == ARGV[5] and m[2] == ARGV[6] then
+  return 1
+end
 if m[1] then
   local left = redis.call('HGET', KEYS[1], 'left:' .. m[1])
   if tonumber(m[2]) - tonumber(left or m[2]) - tonumber(m[3] or 0) > 0 then

@@ -132,10 +132,12 @@ func (s *HourglassStack) createFunctions() error {
 		allow(fn, secretActions, s.RedisAuth.SecretArn())
 	}
 	// The ledger (HOURGLASS_LEDGER=dynamodb): the withdrawal API keeps
-	// withdrawals and idempotency records; the poller's reconciler reads
-	// withdrawals (by_state) and orders; the consumer moves withdrawals
-	// through their states and makes orders. The flash-sale API works on
-	// Redis alone.
+	// withdrawals and idempotency records and applies the provider's
+	// callbacks; the poller's reconciler reads withdrawals (by_state), and
+	// its flash-sale compensation reads orders and voids the order id of a
+	// purchase it releases; the consumer moves withdrawals through their
+	// states and makes (or voids) orders. The flash-sale API works on Redis
+	// alone.
 	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency)
 	s.allowTables(poller, tableActions, s.Withdrawals, s.Orders)
 	s.allowTables(consumer, tableActions, s.Withdrawals, s.Orders)

@@ -197,25 +197,32 @@ func (l *Redis) List(ctx context.Context, userID string, limit int, after string
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list withdrawals: %w", err)
 	}
+	return l.records(ctx, shard, ids)
+}
+
+// records reads the records ids of shard n in one pipelined round trip,
+// leaving out ids without one.
+func (l *Redis) records(ctx context.Context, n int, ids []string) ([]withdrawal.Withdrawal, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	k := l.q.Keys(n)
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			cmds[i] = p.HGetAll(ctx, recordKey(k, id))
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ledger: list withdrawals: %w", err)
+		return nil, fmt.Errorf("ledger: read withdrawals of %s: %w", k.Tag, err)
 	}
 	out := make([]withdrawal.Withdrawal, 0, len(ids))
 	for _, c := range cmds {
 		if len(c.Val()) == 0 {
 			continue
 		}
-		w, err := decodeRecord(shard, c.Val())
+		w, err := decodeRecord(n, c.Val())
 		if err != nil {
 			return nil, err
 		}

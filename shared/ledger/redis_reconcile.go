@@ -109,24 +109,11 @@ func (l *Redis) Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) 
 			if err != nil {
 				return fmt.Errorf("ledger: outstanding in %s: %w", k.Tag, err)
 			}
-			cmds := make([]*redis.MapStringStringCmd, len(ids))
-			_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, id := range ids {
-					cmds[i] = p.HGetAll(ctx, recordKey(k, id))
-				}
-				return nil
-			})
+			ws, err := l.records(ctx, n, ids)
 			if err != nil {
-				return fmt.Errorf("ledger: outstanding in %s: %w", k.Tag, err)
+				return err
 			}
-			for _, c := range cmds {
-				if len(c.Val()) == 0 {
-					continue
-				}
-				w, err := decodeRecord(n, c.Val())
-				if err != nil {
-					return err
-				}
+			for _, w := range ws {
 				if err := fn(w); err != nil {
 					return err
 				}

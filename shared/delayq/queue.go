@@ -139,25 +139,23 @@ func (q *Queue) shard(n int) (Keys, error) {
 
 // Add schedules job id on shard n at due (a job already scheduled moves).
 func (q *Queue) Add(ctx context.Context, n int, id string, due time.Time) error {
-	k, err := q.shard(n)
-	if err != nil {
-		return err
-	}
-	if err := q.rdb.ZAdd(ctx, k.Due, redis.Z{Score: float64(due.UnixMilli()), Member: id}).Err(); err != nil {
-		return fmt.Errorf("delayq: add %s to %s: %w", id, k.Tag, err)
-	}
-	return nil
+	return q.add(ctx, n, id, due, q.rdb.ZAdd)
 }
 
 // AddNoEarlier schedules job id on shard n at due, unless it is scheduled
 // later already (ZADD GT): a follow-up that must not pull an existing later
 // schedule forward.
 func (q *Queue) AddNoEarlier(ctx context.Context, n int, id string, due time.Time) error {
+	return q.add(ctx, n, id, due, q.rdb.ZAddGT)
+}
+
+func (q *Queue) add(ctx context.Context, n int, id string, due time.Time,
+	zadd func(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd) error {
 	k, err := q.shard(n)
 	if err != nil {
 		return err
 	}
-	if err := q.rdb.ZAddGT(ctx, k.Due, redis.Z{Score: float64(due.UnixMilli()), Member: id}).Err(); err != nil {
+	if err := zadd(ctx, k.Due, redis.Z{Score: float64(due.UnixMilli()), Member: id}).Err(); err != nil {
 		return fmt.Errorf("delayq: add %s to %s: %w", id, k.Tag, err)
 	}
 	return nil

@@ -33,6 +33,9 @@ type Ledger interface {
 	// Find returns withdrawal id whoever owns it (operators, provider
 	// callbacks), or ErrNotFound.
 	Find(ctx context.Context, id string) (Withdrawal, error)
+	// Outstanding runs fn over every withdrawal not done with, a page at a
+	// time: bounded by what is outstanding, not by history.
+	Outstanding(ctx context.Context, fn func(Withdrawal) error) error
 
 	// Begin starts a payout attempt named b.Attempt (see Start) and returns
 	// the record. An attempt on a record with no call that may have paid is

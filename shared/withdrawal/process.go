@@ -9,8 +9,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/metrics"
 )
@@ -129,9 +127,7 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 }
 
 // NewAttemptID returns a new payout attempt id.
-func NewAttemptID(now time.Time) string {
-	return "at_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
-}
+func NewAttemptID(now time.Time) string { return newID("at_", now) }
 
 // Process runs the payout step for one delivery of a withdrawal job. It is
 // safe under duplicate and concurrent deliveries: the ledger admits one
@@ -222,6 +218,8 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 				now.Sub(w.FirstSentAt).Round(time.Second), p.cfg.IdempotencyWindow, lerr)
 			log.Error("payout outcome unknown past the idempotency window; waiting for a lookup or an operator",
 				"first_sent_at", clock.Format(w.FirstSentAt), "error", lerr.Error())
+			// The capped backoff: nothing but a lookup or an operator can
+			// end it now, so there is no hurry.
 			return p.cfg.Ledger.Retry(ctx, ref, attempt, RetryAt{At: now.Add(p.Backoff(64)), Now: now,
 				LastError: cause.Error(), MaybePaid: true})
 		default:

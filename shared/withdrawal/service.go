@@ -68,8 +68,11 @@ func NewService(cfg Config) (*Service, error) {
 }
 
 // NewID returns a new withdrawal id; ids sort by creation time.
-func NewID(now time.Time) string {
-	return "wd_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+func NewID(now time.Time) string { return newID("wd_", now) }
+
+// newID is prefix and a ULID of now: ids that sort by creation time.
+func newID(prefix string, now time.Time) string {
+	return prefix + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
 }
 
 // Created is the answer to a create: the response body to send, which for a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -166,14 +165,8 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 // retrying past the attempts a transient failure gets. It is bounded by
 // what is outstanding, not by history.
 func (s *Service) Unresolved(ctx context.Context, maxAttempts int) ([]Withdrawal, error) {
-	l, ok := s.cfg.Ledger.(interface {
-		Outstanding(ctx context.Context, fn func(Withdrawal) error) error
-	})
-	if !ok {
-		return nil, errors.New("withdrawal: this ledger cannot list outstanding withdrawals")
-	}
 	var out []Withdrawal
-	err := l.Outstanding(ctx, func(w Withdrawal) error {
+	err := s.cfg.Ledger.Outstanding(ctx, func(w Withdrawal) error {
 		if !w.Status.Final() && (w.MaybePaid || w.Attempts >= maxAttempts) {
 			out = append(out, w)
 		}

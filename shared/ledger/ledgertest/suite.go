@@ -856,14 +856,8 @@ func testFind(t *testing.T, b Backend) {
 	if _, err := b.Ledger.Cancel(ctx, "dave", ws[3].ID, T0); err != nil {
 		t.Fatal(err)
 	}
-	o, ok := b.Ledger.(interface {
-		Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) error) error
-	})
-	if !ok {
-		t.Fatal("the ledger cannot list outstanding withdrawals")
-	}
 	seen := map[string]bool{}
-	if err := o.Outstanding(ctx, func(w withdrawal.Withdrawal) error { seen[w.ID] = true; return nil }); err != nil {
+	if err := b.Ledger.Outstanding(ctx, func(w withdrawal.Withdrawal) error { seen[w.ID] = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if !seen[ws[0].ID] || !seen[ws[1].ID] || !seen[ws[2].ID] || seen[ws[3].ID] {

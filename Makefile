@@ -37,7 +37,7 @@ MODEL_RUNS ?= 10000
 SOAK_DURATION ?= 5m
 SOAK_RATE     ?= 250
 
-.PHONY: help build run test vet bench synth deploy clean fuzz soak
+.PHONY: help build run test vet bench synth deploy clean fuzz soak tools
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -61,7 +61,11 @@ vet: ## go vet and gofmt
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes), then each fuzz target for FUZZ_SHORT
+tools: ## Install what the tests need when missing (redis-server, zip, npm, chromium; apt-get): .ci/provision
+	@bash .ci/provision
+
+# tools first: vet and npm ci need what it installs.
+test: tools vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes), then each fuzz target for FUZZ_SHORT
 	$(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 

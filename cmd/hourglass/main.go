@@ -90,7 +90,8 @@ func serveCmd() *cobra.Command {
 		Long: `Run the whole system locally: the HTTP API on HOURGLASS_ADDR (default
 127.0.0.1:8080), the poller loop and the consumer fed by an in-process
 stand-in for SQS. Without REDIS_URL it runs on an embedded Redis whose data
-is gone when it stops. Settings come from the environment (see README).
+is gone when it stops. Settings come from the environment (see
+docs/architecture.md#configuration).
 In dev mode (HOURGLASS_AUTH=dev, the default) it also serves a live dashboard
 at /dashboard (it asks for HOURGLASS_ADMIN_TOKEN, or takes ?token=).
 SIGINT or SIGTERM stops it cleanly after finishing the work it has claimed.`,

@@ -126,7 +126,7 @@ func deadOf(t *testing.T, env map[string]string) int64 {
 	return s.Queues["withdrawals"]["dead"]
 }
 
-// TestOperatorRequeuesADeadPayout follows the README: a payout whose finance
+// TestOperatorRequeuesADeadPayout follows docs/operations.md: a payout whose finance
 // message cannot be delivered dies; the operator finds it with the CLI, fixes
 // finance, requeues it, and finance hears of it once. Then the operator
 // purges another, and preheats a sale; every command's JSON agrees with the

@@ -697,7 +697,7 @@ func firstMatch(logs []byte, needle string) string {
 
 // ---- judging and the report ----
 
-// retained are the key shapes that may outlive the run, and why (README
+// retained are the key shapes that may outlive the run, and why (docs/architecture.md
 // "Abuse resistance" / bench/soak.md repeat this).
 var retained = []struct{ pattern, why string }{
 	{`^hg:\{dq:withdrawals:N\}:w:\*$`, "withdrawal records: the ledger (system of record), kept"},

@@ -41,8 +41,9 @@ const (
 	apiServerErrorPeriods    = 5
 	apiServerErrorDatapoints = 3
 	// deadLetterAgeSeconds: a dead letter nobody redrove in 3 days pages
-	// again. It has at least 10 days left then (14 days of retention from its
-	// first enqueue, at most 4 of them in the work queue).
+	// again. SQS counts its age in the dead-letter queue from when it moved
+	// there but expires it 14 days after its first enqueue, of which the
+	// work queue kept it 4 at most: at least 7 days are left then.
 	deadLetterAgeSeconds = 3 * 24 * 3600
 )
 

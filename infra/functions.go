@@ -36,8 +36,8 @@ const (
 
 // eniActions are the network-interface permissions a Lambda function in a
 // VPC needs (those of the AWS-managed AWSLambdaVPCAccessExecutionRole). EC2
-// does not scope the Describe calls to resources, so they name "*": the one
-// "*" resource in the functions' roles.
+// does not scope the Describe calls to resources, so they name "*", as
+// X-Ray's actions do (xrayActions): the only "*" in the functions' roles.
 var eniActions = []string{
 	"ec2:CreateNetworkInterface",
 	"ec2:DescribeNetworkInterfaces",

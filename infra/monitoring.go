@@ -190,7 +190,10 @@ func (s *HourglassStack) createMonitoring() {
 				graph("In flight (claimed, lease running)", 6, perQueue(metrics.Inflight, "Maximum")),
 			},
 			{
-				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth)),
+				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth,
+					s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("finance dead-letter queue"),
+					}))),
 				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries),
 					sum(metrics.PayoutsUnresolved), sum(metrics.PayoutsRejected), sum(metrics.PayoutConflicts)}),
 				graph("Payout success rate (%)", 6, []awscloudwatch.IMetric{successRate}),

@@ -33,6 +33,11 @@ type fixture struct {
 	opt    *HourglassStack
 	optTpl assertions.Template
 	optMap map[string]any
+	// acct has a long, odd stack name, secrets given by complete ARN and
+	// finance's webhook on its own port.
+	acct    *HourglassStack
+	acctTpl assertions.Template
+	acctMap map[string]any
 	// nagErrors and nagWarnings are cdk-nag's unsuppressed findings.
 	nagErrors, nagWarnings []*string
 	err                    error
@@ -52,6 +57,25 @@ var optSettings = func() Settings {
 	s.PayoutURL = "https://pay.example.net:8443/v2/payouts"
 	s.PayoutSecretName = "prod/payout-key"
 	s.ConsumerMaxConcurrency = 50
+	s.FinanceWebhookURL = "https://finance.example.org/v1/payouts"
+	s.FinanceSecretName = "finance/webhook-abcdef"
+	s.PollerReservedConcurrency = 2
+	s.AdminRoleARNs = []string{"arn:aws:iam::123456789012:role/ops/hourglass-operator"}
+	return s
+}()
+
+// acctStackName is a valid CloudFormation stack name that is no valid
+// ElastiCache id: too long, upper case, doubled and trailing hyphens.
+const acctStackName = "Hourglass--Payments-EU-West-1--And-Flash-Sales--Production-"
+
+// acctSettings name the operator's secrets by complete ARN.
+var acctSettings = func() Settings {
+	s := optSettings
+	s.PayoutSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/payout-key-AbC123"
+	s.PayoutWebhookSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/webhook-secret-Zz9Yx8"
+	s.FinanceWebhookURL = "https://finance.example.org:9443/hook"
+	s.FinanceSecretName = "finance"
+	s.AdminRoleARNs = []string{"arn:aws:iam::111122223333:role/operator", "arn:aws-cn:iam::111122223333:role/team/break-glass"}
 	return s
 }()
 
@@ -111,14 +135,19 @@ func buildFixture() (f fixture) {
 	if f.opt, err = NewHourglassStack(app, "HourglassOptions", &HourglassStackProps{Settings: optSettings, CodeDir: code}); err != nil {
 		return fixture{err: err}
 	}
+	if f.acct, err = NewHourglassStack(app, acctStackName, &HourglassStackProps{Settings: acctSettings, CodeDir: code}); err != nil {
+		return fixture{err: err}
+	}
 	ApplyNag(app)
 
 	f.defTpl = assertions.Template_FromStack(f.def.Stack, nil)
 	f.defMap = *f.defTpl.ToJSON()
 	f.optTpl = assertions.Template_FromStack(f.opt.Stack, nil)
 	f.optMap = *f.optTpl.ToJSON()
+	f.acctTpl = assertions.Template_FromStack(f.acct.Stack, nil)
+	f.acctMap = *f.acctTpl.ToJSON()
 	nag := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
-	for _, st := range []*HourglassStack{f.def, f.opt} {
+	for _, st := range []*HourglassStack{f.def, f.opt, f.acct} {
 		ann := assertions.Annotations_FromStack(st.Stack)
 		for _, m := range *ann.FindError(jsii.String("*"), nag) {
 			f.nagErrors = append(f.nagErrors, jsii.String(fmt.Sprintf("%s %s: %v", *st.Stack.StackName(), *m.Id, m.Entry.Data)))

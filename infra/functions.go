@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -13,7 +14,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -23,9 +23,6 @@ const (
 	// every 60 s: consecutive runs overlap and the queue is never unwatched.
 	pollerTimeout = 75 * time.Second
 	pollerMargin  = 5 * time.Second
-	// pollerConcurrency: the overlapping pair, and no pile-up beyond it
-	// when Redis is slow.
-	pollerConcurrency = 2
 	// consumerTimeout bounds one batch of up to 10 jobs, which run
 	// concurrently; a payout attempt takes at most 2 x PAYOUT_TIMEOUT
 	// (10 s) + 5 s.
@@ -39,8 +36,8 @@ const (
 
 // eniActions are the network-interface permissions a Lambda function in a
 // VPC needs (those of the AWS-managed AWSLambdaVPCAccessExecutionRole). EC2
-// does not scope the Describe calls to resources, so they name "*": the one
-// "*" resource in the functions' roles.
+// does not scope the Describe calls to resources, so they name "*", as
+// X-Ray's actions do (xrayActions): the only "*" in the functions' roles.
 var eniActions = []string{
 	"ec2:CreateNetworkInterface",
 	"ec2:DescribeNetworkInterfaces",
@@ -50,8 +47,13 @@ var eniActions = []string{
 	"ec2:UnassignPrivateIpAddresses",
 }
 
-// secretActions read a secret.
-var secretActions = []string{"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+// secretActions read a secret: the functions call GetSecretValue only
+// (shared/secrets).
+var secretActions = []string{"secretsmanager:GetSecretValue"}
+
+// xrayActions send a function's trace segments (Tracing ACTIVE): the
+// actions of the AWS-managed AWSXRayDaemonWriteAccess that Lambda uses.
+var xrayActions = []string{"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 // allow adds one statement to fn's role.
 func allow(fn awslambda.Function, actions []string, resources ...*string) {
@@ -81,7 +83,44 @@ type functionSpec struct {
 	reserved          int
 }
 
+// secretGrant is the resource IAM evaluates a GetSecretValue of id (an
+// operator's secret, by name or complete ARN, passed to the function as it
+// is) against: the secret's complete ARN, which for a name is the name, a
+// hyphen and the six random characters Secrets Manager appended. The name is
+// never turned into a partial ARN: Secrets Manager would take a partial ARN
+// whose name ends in a hyphen and six characters ("-secret") for a complete
+// one, which this grant does not match.
+func (s *HourglassStack) secretGrant(id string) *string {
+	if strings.HasPrefix(id, "arn:") {
+		return jsii.String(id)
+	}
+	return jsii.String(fmt.Sprintf("arn:%s:secretsmanager:%s:%s:secret:%s-??????",
+		*s.Stack.Partition(), *s.Stack.Region(), *s.Stack.Account(), id))
+}
+
+// adminFunctions are the functions serving an IAM-authorized route.
+func adminFunctions() map[string]bool {
+	fns := map[string]bool{}
+	for _, r := range routes {
+		if r.access == admin {
+			fns[r.fn] = true
+		}
+	}
+	return fns
+}
+
 func (s *HourglassStack) createFunctions() error {
+	consumerEnv := map[string]*string{
+		"PAYOUT_URL":                jsii.String(s.settings.PayoutURL),
+		"PAYOUT_SIGNING_SECRET_ID":  jsii.String(s.settings.PayoutSecretName),
+		"PAYOUT_LOOKUP":             jsii.String(strconv.FormatBool(s.settings.PayoutLookup)),
+		"PAYOUT_IDEMPOTENCY_WINDOW": jsii.String(s.settings.PayoutIdempotencyWindow),
+		"FINANCE_TOPIC_ARN":         s.FinanceTopic.TopicArn(),
+	}
+	if u := s.settings.FinanceWebhookURL; u != "" {
+		consumerEnv["FINANCE_WEBHOOK_URL"] = jsii.String(u)
+		consumerEnv["FINANCE_SIGNING_SECRET_ID"] = jsii.String(s.settings.FinanceSecretName)
+	}
 	specs := []functionSpec{
 		{
 			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
@@ -98,7 +137,10 @@ func (s *HourglassStack) createFunctions() error {
 			env:         map[string]*string{"HOURGLASS_JWT_SCOPE": jsii.String(s.settings.JWTScope)},
 		},
 		{
-			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: pollerConcurrency,
+			// Runs may overlap (each outlasts the minute between starts), and
+			// more than two may when Redis is slow: the delay queue's leases
+			// make that safe, so a reservation is only an operator's cap.
+			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: s.settings.PollerReservedConcurrency,
 			description: "Claims due jobs from the Redis delay queues and sends them to the work queue",
 			env: map[string]*string{
 				"WORK_QUEUE_URL":          s.WorkQueue.QueueUrl(),
@@ -108,14 +150,19 @@ func (s *HourglassStack) createFunctions() error {
 		{
 			name: fnConsumer, memoryMB: 512, timeout: consumerTimeout,
 			description: "Runs due jobs: payouts through the provider, finance messages, flash-sale orders",
-			env: map[string]*string{
-				"PAYOUT_URL":                jsii.String(s.settings.PayoutURL),
-				"PAYOUT_SIGNING_SECRET_ARN": s.payoutSecret().SecretArn(),
-				"PAYOUT_LOOKUP":             jsii.String(strconv.FormatBool(s.settings.PayoutLookup)),
-				"PAYOUT_IDEMPOTENCY_WINDOW": jsii.String(s.settings.PayoutIdempotencyWindow),
-				"FINANCE_TOPIC_ARN":         s.FinanceTopic.TopicArn(),
-			},
+			env:         consumerEnv,
 		},
+	}
+	admins := adminFunctions()
+	for i := range specs {
+		if admins[specs[i].name] {
+			specs[i].env["HOURGLASS_ADMIN_ROLE_ARNS"] = jsii.String(strings.Join(s.settings.AdminRoleARNs, ","))
+		}
+	}
+	if len(s.settings.AdminRoleARNs) == 0 {
+		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String("hourglass:no-admin-roles"),
+			jsii.String("context adminRoleArns is empty: the admin routes (GET /v1/admin/stats, PUT /v1/seckill/items/{item_id}) "+
+				"will refuse every caller (pass -c adminRoleArns=arn:aws:iam::<account>:role/<operators>)"), nil)
 	}
 	for _, spec := range specs {
 		if _, err := os.Stat(s.codePath(spec.name)); err != nil {
@@ -147,13 +194,15 @@ func (s *HourglassStack) createFunctions() error {
 	for _, fn := range []awslambda.Function{poller, consumer} {
 		allow(fn, []string{"kms:GenerateDataKey", "kms:Decrypt"}, s.DataKey.KeyArn())
 	}
-	// secretsmanager:GetSecretValue on the name plus Secrets Manager's
-	// random six-character suffix.
-	s.payoutSecret().GrantRead(consumer, nil)
-	// The provider's callbacks reach the withdrawal API (the enqueue
-	// function), which authenticates them with this secret. It is passed by
-	// name, which Secrets Manager resolves whatever the name looks like.
-	s.webhookSecret().GrantRead(enqueue, nil)
+	// The operator's secrets, each to the one function that reads it: the
+	// payout signing key (and finance's) to the consumer; the key of the
+	// provider's callbacks, which reach the withdrawal API, to enqueue.
+	allow(consumer, secretActions, s.secretGrant(s.settings.PayoutSecretName))
+	if s.settings.FinanceWebhookURL != "" {
+		allow(consumer, secretActions, s.secretGrant(s.settings.FinanceSecretName))
+	}
+	allow(enqueue, secretActions, s.secretGrant(s.settings.PayoutWebhookSecretName))
+	s.allowFinanceWebhook()
 
 	consumer.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(consumerBatchSize),
@@ -163,24 +212,20 @@ func (s *HourglassStack) createFunctions() error {
 	return nil
 }
 
-// payoutSecret is the operator's existing secret holding the payout
-// signing key; the stack reads it, never creates or changes it.
-func (s *HourglassStack) payoutSecret() awssecretsmanager.ISecret {
-	if s.PayoutSecret == nil {
-		s.PayoutSecret = awssecretsmanager.Secret_FromSecretNameV2(s.Stack, jsii.String("PayoutSigningSecret"),
-			jsii.String(s.settings.PayoutSecretName))
+// allowFinanceWebhook lets the functions reach finance's webhook on its port
+// when that is neither the payout provider's nor HTTPS's, which the network
+// opens already.
+func (s *HourglassStack) allowFinanceWebhook() {
+	if s.settings.FinanceWebhookURL == "" {
+		return
 	}
-	return s.PayoutSecret
-}
-
-// webhookSecret is the operator's existing secret that authenticates the
-// payout provider's callbacks.
-func (s *HourglassStack) webhookSecret() awssecretsmanager.ISecret {
-	if s.WebhookSecret == nil {
-		s.WebhookSecret = awssecretsmanager.Secret_FromSecretNameV2(s.Stack, jsii.String("PayoutWebhookSecret"),
-			jsii.String(s.settings.PayoutWebhookSecretName))
+	port, _ := payoutPort(s.settings.FinanceWebhookURL) // checked by SettingsFrom
+	payout, _ := payoutPort(s.settings.PayoutURL)
+	if port == payout || port == 443 {
+		return
 	}
-	return s.WebhookSecret
+	s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
+		jsii.String("Finance webhook over TLS"), nil)
 }
 
 // baseEnv is what every function reads.
@@ -188,7 +233,7 @@ func (s *HourglassStack) baseEnv() map[string]*string {
 	return map[string]*string{
 		"HOURGLASS_AUTH":              jsii.String("jwt"),
 		"REDIS_URL":                   s.redisURL(),
-		"REDIS_AUTH_SECRET_ARN":       s.RedisAuth.SecretArn(),
+		"REDIS_AUTH_SECRET_ID":        s.RedisAuth.SecretArn(), // a complete ARN
 		"HOURGLASS_QUEUE_SHARDS":      jsii.String(strconv.Itoa(s.settings.QueueShards)),
 		"HOURGLASS_LEDGER":            jsii.String("dynamodb"),
 		"HOURGLASS_WITHDRAWALS_TABLE": s.Withdrawals.TableName(),
@@ -253,10 +298,14 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		LogGroup:      logs,
 		LoggingFormat: awslambda.LoggingFormat_JSON,
 		// The functions log JSON lines (log/slog) and filter by
-		// HOURGLASS_LOG_LEVEL themselves; Lambda passes every line on, and
-		// the EMF metric lines, which have no level, count as INFO.
-		ApplicationLogLevelV2: awslambda.ApplicationLogLevel_DEBUG,
+		// HOURGLASS_LOG_LEVEL themselves; Lambda drops DEBUG lines as well,
+		// should a function be set lower, and passes the EMF metric lines,
+		// which have no level and so count as INFO.
+		ApplicationLogLevelV2: awslambda.ApplicationLogLevel_INFO,
 		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
+		// Traces of the synchronous hops (API Gateway, the function, its
+		// AWS calls); the CDK adds xrayActions to the role.
+		Tracing: awslambda.Tracing_ACTIVE,
 	}
 	if spec.reserved > 0 {
 		props.ReservedConcurrentExecutions = jsii.Number(float64(spec.reserved))
@@ -267,5 +316,12 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		props.RetryAttempts = jsii.Number(0)
 		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(60))
 	}
-	return awslambda.NewFunction(s.Stack, jsii.String(fnID(spec.name)), props)
+	fn := awslambda.NewFunction(s.Stack, jsii.String(fnID(spec.name)), props)
+	if policy, ok := role.Node().TryFindChild(jsii.String("DefaultPolicy")).(awsiam.Policy); ok {
+		suppress(policy, "AwsSolutions-IAM5",
+			"Resource '*' is only on xray:PutTraceSegments and xray:PutTelemetryRecords, which X-Ray does not scope "+
+				"to resources (as in AWSXRayDaemonWriteAccess); the function's active tracing sends its segments with them.",
+			"Resource::*")
+	}
+	return fn
 }

@@ -20,21 +20,38 @@ const (
 	visibilityFactor = 6
 )
 
+// Retention of the queues.
+var (
+	// deadLetterRetention: SQS's maximum. A message keeps its first enqueue
+	// time when it is dead-lettered, so a dead letter has at least 14 - 4
+	// days left to be looked at and redriven.
+	deadLetterRetention = awscdk.Duration_Days(jsii.Number(14))
+	// workRetention: a job message nobody took for 4 days expires. That
+	// loses nothing: the ledger (DynamoDB) still holds the withdrawal as
+	// scheduled or retrying, due long ago and in no Redis queue, and the
+	// poller's reconciler (ledger.Dynamo.Reconcile) adds its job back; a
+	// flash-sale purchase whose order job is gone is re-enqueued or, voided
+	// first, released by the compensation pass (seckill.Compensation).
+	workRetention = awscdk.Duration_Days(jsii.Number(4))
+	// financeRetention: finance's copy lives as long as SQS allows.
+	financeRetention = awscdk.Duration_Days(jsii.Number(14))
+)
+
+// queue is an SQS queue encrypted with the data key, reachable over TLS
+// only, and kept when the stack is deleted (it may hold jobs or finance's
+// messages).
+func (s *HourglassStack) queue(id string, props awssqs.QueueProps) awssqs.Queue {
+	props.Encryption = awssqs.QueueEncryption_KMS
+	props.EncryptionMasterKey = s.DataKey
+	props.EnforceSSL = jsii.Bool(true)
+	props.RemovalPolicy = awscdk.RemovalPolicy_RETAIN
+	return awssqs.NewQueue(s.Stack, jsii.String(id), &props)
+}
+
 func (s *HourglassStack) createMessaging() {
-	retention := awscdk.Duration_Days(jsii.Number(14)) // SQS's maximum
-	s.DeadLetterQueue = awssqs.NewQueue(s.Stack, jsii.String("DeadLetterQueue"), &awssqs.QueueProps{
-		Encryption:          awssqs.QueueEncryption_KMS,
-		EncryptionMasterKey: s.DataKey,
-		EnforceSSL:          jsii.Bool(true),
-		RetentionPeriod:     retention,
-	})
-	s.WorkQueue = awssqs.NewQueue(s.Stack, jsii.String("WorkQueue"), &awssqs.QueueProps{
-		Encryption:          awssqs.QueueEncryption_KMS,
-		EncryptionMasterKey: s.DataKey,
-		EnforceSSL:          jsii.Bool(true),
-		// The poller acks a job in Redis once SQS holds it: from then on SQS
-		// is where it lives, so keep it as long as SQS can.
-		RetentionPeriod:   retention,
+	s.DeadLetterQueue = s.queue("DeadLetterQueue", awssqs.QueueProps{RetentionPeriod: deadLetterRetention})
+	s.WorkQueue = s.queue("WorkQueue", awssqs.QueueProps{
+		RetentionPeriod:   workRetention,
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(visibilityFactor * consumerTimeout.Seconds())),
 		DeadLetterQueue:   &awssqs.DeadLetterQueue{Queue: s.DeadLetterQueue, MaxReceiveCount: jsii.Number(maxReceiveCount)},
 	})
@@ -44,9 +61,7 @@ func (s *HourglassStack) createMessaging() {
 		MasterKey:   s.DataKey,
 		EnforceSSL:  jsii.Bool(true),
 	})
-	if e := s.settings.FinanceEmail; e != "" {
-		s.FinanceTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), nil))
-	}
+	s.createFinanceQueues()
 
 	s.AlarmTopic = awssns.NewTopic(s.Stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
 		DisplayName: jsii.String("Hourglass ops alarms"),
@@ -66,5 +81,56 @@ func (s *HourglassStack) createMessaging() {
 	}), nil)
 	if e := s.settings.AlarmEmail; e != "" {
 		s.AlarmTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), nil))
+	}
+}
+
+// createFinanceQueues gives finance a durable path: SNS drops a message
+// published to a topic no one has confirmed a subscription to, so a queue
+// subscribed by the stack itself keeps every one (raw, the message as
+// published) until finance reads it. Each subscription redrives what SNS
+// cannot deliver to FinanceDeadLetterQueue, which is also the finance
+// queue's own dead-letter queue.
+func (s *HourglassStack) createFinanceQueues() {
+	s.FinanceDeadLetterQueue = s.queue("FinanceDeadLetterQueue", awssqs.QueueProps{RetentionPeriod: deadLetterRetention})
+	s.FinanceQueue = s.queue("FinanceQueue", awssqs.QueueProps{
+		RetentionPeriod: financeRetention,
+		DeadLetterQueue: &awssqs.DeadLetterQueue{Queue: s.FinanceDeadLetterQueue, MaxReceiveCount: jsii.Number(maxReceiveCount)},
+	})
+	// SNS encrypts what it sends to the two queues with the data key, and
+	// may send to the finance queue from the finance topic only (the
+	// dead-letter queue's permission comes with each subscription). The key
+	// policy cannot name the topic, which is encrypted with the same key
+	// (a dependency cycle): it names the account, like the alarm key's; the
+	// queue policies name the topic. For that reason the subscription is
+	// made here, not by awssnssubscriptions.SqsSubscription, whose key
+	// statement names the topic.
+	s.DataKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("SnsToFinanceQueues"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("sns.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey"),
+		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"aws:SourceAccount": s.Stack.Account()},
+		},
+	}), nil)
+	s.FinanceQueue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("sns.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("sqs:SendMessage"),
+		Resources:  &[]*string{s.FinanceQueue.QueueArn()},
+		Conditions: &map[string]any{
+			"ArnEquals": map[string]any{"aws:SourceArn": s.FinanceTopic.TopicArn()},
+		},
+	}))
+	awssns.NewSubscription(s.Stack, jsii.String("FinanceQueueSubscription"), &awssns.SubscriptionProps{
+		Topic:              s.FinanceTopic,
+		Protocol:           awssns.SubscriptionProtocol_SQS,
+		Endpoint:           s.FinanceQueue.QueueArn(),
+		RawMessageDelivery: jsii.Bool(true),
+		DeadLetterQueue:    s.FinanceDeadLetterQueue,
+	})
+	if e := s.settings.FinanceEmail; e != "" {
+		s.FinanceTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), &awssnssubscriptions.EmailSubscriptionProps{
+			DeadLetterQueue: s.FinanceDeadLetterQueue,
+		}))
 	}
 }

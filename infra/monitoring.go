@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -33,7 +34,32 @@ const (
 	// redisMemoryPercent: with noeviction, a full Redis refuses writes;
 	// page well before, while adding shards is still calm.
 	redisMemoryPercent = 80
+	// apiServerErrorPeriods: the HTTP API answered 5xx in 3 of 5 minutes.
+	// One 5xx (a cold start timing out, a deploy) does not page; a
+	// dependency that is down (Redis, DynamoDB: 503) or a broken release
+	// does, within 5 minutes. Each function's own errors page at once.
+	apiServerErrorPeriods    = 5
+	apiServerErrorDatapoints = 3
+	// deadLetterAgeSeconds: a dead letter nobody redrove in 3 days pages
+	// again. SQS counts its age in the dead-letter queue from when it moved
+	// there but expires it 14 days after its first enqueue, of which the
+	// work queue kept it 4 at most: at least 7 days are left then.
+	deadLetterAgeSeconds = 3 * 24 * 3600
 )
+
+// runbook is the docs/operations.md section of each alarm: its construct id
+// lowercased (GitHub's anchor of a "### <id>" heading), the four function
+// alarms and the Redis shard alarms sharing one.
+func runbook(id string) string {
+	anchor := strings.ToLower(id)
+	switch {
+	case strings.HasPrefix(id, "RedisMemoryShard"):
+		anchor = "redismemoryalarm"
+	case slices.ContainsFunc(functionNames, func(fn string) bool { return id == fnID(fn)+"ErrorsAlarm" }):
+		anchor = "functionerrorsalarm"
+	}
+	return "Runbook: docs/operations.md#" + anchor
+}
 
 func (s *HourglassStack) createSchedule() {
 	awsevents.NewRule(s.Stack, jsii.String("PollerSchedule"), &awsevents.RuleProps{
@@ -164,7 +190,10 @@ func (s *HourglassStack) createMonitoring() {
 				graph("In flight (claimed, lease running)", 6, perQueue(metrics.Inflight, "Maximum")),
 			},
 			{
-				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth)),
+				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth,
+					s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("finance dead-letter queue"),
+					}))),
 				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries),
 					sum(metrics.PayoutsUnresolved), sum(metrics.PayoutsRejected), sum(metrics.PayoutConflicts)}),
 				graph("Payout success rate (%)", 6, []awscloudwatch.IMetric{successRate}),
@@ -213,9 +242,10 @@ func (s *HourglassStack) createMonitoring() {
 }
 
 func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
+	sum := func(name string) awscloudwatch.Metric { return hgMetric(name, "Sum", "", nil) }
 	action := awscloudwatchactions.NewSnsAction(s.AlarmTopic)
 	alarm := func(id, description string, props *awscloudwatch.AlarmProps) {
-		props.AlarmDescription = jsii.String(description)
+		props.AlarmDescription = jsii.String(description + " " + runbook(id))
 		props.ComparisonOperator = cmp.Or(props.ComparisonOperator, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD)
 		props.TreatMissingData = cmp.Or(props.TreatMissingData, awscloudwatch.TreatMissingData_NOT_BREACHING)
 		a := awscloudwatch.NewAlarm(s.Stack, jsii.String(id), props)
@@ -276,7 +306,8 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 				EvaluationPeriods: jsii.Number(1),
 			})
 	}
-	// No data is the alarm here: a poller that is not started leaves none.
+	// No data is the alarm here (TreatMissingData breaching): a poller that
+	// is not started leaves none.
 	alarm("PollerNotRunningAlarm",
 		"The poller has not run for 5 minutes: no withdrawal falls due. Check the EventBridge schedule and the function.",
 		&awscloudwatch.AlarmProps{
@@ -287,6 +318,53 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			EvaluationPeriods:  jsii.Number(1),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
 			TreatMissingData:   awscloudwatch.TreatMissingData_BREACHING,
+		})
+	alarm("PollerFailuresAlarm",
+		"Poller rounds failed (Redis unreachable or refusing AUTH, SQS refusing sends): due jobs are not handed over. "+
+			"See the poller's logs for the failing dependency.",
+		&awscloudwatch.AlarmProps{Metric: sum(metrics.PollerFailures), Threshold: jsii.Number(0), EvaluationPeriods: jsii.Number(1)})
+	// HTTP API metrics have an ApiId dimension (all stages: here only
+	// $default), and ApiId with Stage; the first is what the CDK names.
+	alarm("ApiServerErrorsAlarm",
+		fmt.Sprintf("The HTTP API answered 5xx in %d of %d minutes: users see failures. "+
+			"See the enqueue and seckill functions' logs and the dependencies they report.", apiServerErrorDatapoints, apiServerErrorPeriods),
+		&awscloudwatch.AlarmProps{
+			Metric:            s.Api.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(apiServerErrorPeriods),
+			DatapointsToAlarm: jsii.Number(apiServerErrorDatapoints),
+		})
+	alarm("ReconcilerRepairsAlarm",
+		"The reconciler gave jobs back that Redis had lost (a failover, a failed schedule, an expired work-queue message): "+
+			"nothing is lost, but find out why in the poller's logs (\"reconciler repaired withdrawals\").",
+		&awscloudwatch.AlarmProps{Metric: sum(metrics.Reconciled), Threshold: jsii.Number(0), EvaluationPeriods: jsii.Number(1)})
+	alarm("DeadLetterQueueAgeAlarm",
+		"A job has sat in the dead-letter queue for 3 days: redrive or settle it before SQS drops it (14 days after it was first sent).",
+		&awscloudwatch.AlarmProps{
+			Metric: s.DeadLetterQueue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Maximum"), Period: awscdk.Duration_Minutes(jsii.Number(5)),
+			}),
+			Threshold:         jsii.Number(deadLetterAgeSeconds),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("FinanceDeliveryFailuresAlarm",
+		"SNS failed to deliver finance messages to a subscription (the finance queue, an e-mail): they are in the finance dead-letter queue.",
+		&awscloudwatch.AlarmProps{
+			Metric: s.FinanceTopic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Sum"), Period: minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("FinanceDeadLetterQueueAlarm",
+		"Finance messages sit in the finance dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
+			"finance has not got them. Fix the cause, then redrive them to the finance queue.",
+		&awscloudwatch.AlarmProps{
+			Metric: s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Maximum"), Period: minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
 		})
 	// One alarm per shard, on its fullest node (primary or replica).
 	for i, shard := range s.redisNodeClusters {

@@ -35,11 +35,13 @@ type Settings struct {
 	// QueueShards is HOURGLASS_QUEUE_SHARDS: shards of the withdrawal queue.
 	// It is fixed for the life of the data.
 	QueueShards int
-	// PayoutURL is the payout provider's endpoint; PayoutSecretName names
-	// the existing Secrets Manager secret that holds its signing key.
+	// PayoutURL is the payout provider's endpoint; PayoutSecretName is the
+	// existing Secrets Manager secret that holds its signing key. Every
+	// *SecretName takes a secret's name or its complete ARN (for a secret
+	// of another account, or to pin one).
 	PayoutURL        string
 	PayoutSecretName string
-	// PayoutWebhookSecretName names the existing secret that authenticates
+	// PayoutWebhookSecretName is the existing secret that authenticates
 	// the provider's callbacks (POST /v1/webhooks/payouts).
 	PayoutWebhookSecretName string
 	// PayoutLookup: the provider answers the status lookup
@@ -49,6 +51,19 @@ type Settings struct {
 	PayoutIdempotencyWindow string
 	// ConsumerMaxConcurrency caps the consumer's SQS event source (2..1000).
 	ConsumerMaxConcurrency int
+	// FinanceWebhookURL, when set, is finance's HTTPS endpoint the consumer
+	// also posts each processed payout to (FINANCE_WEBHOOK_URL), signed with
+	// the key in the existing secret FinanceSecretName.
+	FinanceWebhookURL string
+	FinanceSecretName string
+	// PollerReservedConcurrency reserves that much of the account's Lambda
+	// concurrency for the poller (1..1000); 0 reserves none. Off by
+	// default: an account's quota can be as low as 10, and the reservation
+	// must leave 10 unreserved, so it fails a first deploy late.
+	PollerReservedConcurrency int
+	// AdminRoleARNs are the IAM roles whose callers the admin routes serve
+	// (HOURGLASS_ADMIN_ROLE_ARNS); with none they refuse every caller.
+	AdminRoleARNs []string
 }
 
 // Context keys, as operators type them.
@@ -67,6 +82,10 @@ const (
 	ctxPayoutLookup           = "payoutLookup"
 	ctxIdempotencyWindow      = "payoutIdempotencyWindow"
 	ctxConsumerMaxConcurrency = "consumerMaxConcurrency"
+	ctxFinanceWebhookURL      = "financeWebhookUrl"
+	ctxFinanceSecretName      = "financeSecretName"
+	ctxPollerReserved         = "pollerReservedConcurrency"
+	ctxAdminRoleARNs          = "adminRoleArns"
 )
 
 // Placeholders: a deployment with them synthesizes (so `make synth` works
@@ -74,26 +93,26 @@ const (
 // stack says so in a synthesis warning.
 const (
 	placeholderIssuer    = "https://issuer.example.com/"
+	placeholderAudience  = "placeholder-audience"
 	placeholderPayoutURL = "https://payouts.example.com/v1/payouts"
 )
 
 // DefaultSettings returns the value of every setting no context names.
 func DefaultSettings() Settings {
 	return Settings{
-		JWTIssuer:        placeholderIssuer,
-		JWTAudience:      "hourglass-app",
-		JWTScope:         "hourglass/user",
-		RedisNodeType:    "cache.r7g.large",
-		RedisShards:      2,
-		QueueShards:      4,
-		PayoutURL:        placeholderPayoutURL,
-		PayoutSecretName: "hourglass/payout-signing-secret",
-		// Not "-secret": a name ending in a hyphen and six characters reads
-		// as a complete ARN to Secrets Manager.
+		JWTIssuer:               placeholderIssuer,
+		JWTAudience:             placeholderAudience,
+		JWTScope:                "hourglass/user",
+		RedisNodeType:           "cache.r7g.large",
+		RedisShards:             2,
+		QueueShards:             4,
+		PayoutURL:               placeholderPayoutURL,
+		PayoutSecretName:        "hourglass/payout-signing-secret",
 		PayoutWebhookSecretName: "hourglass/payout-webhook",
 		PayoutLookup:            true,
 		PayoutIdempotencyWindow: "24h",
 		ConsumerMaxConcurrency:  20,
+		FinanceSecretName:       "hourglass/finance-signing",
 	}
 }
 
@@ -102,6 +121,9 @@ func (s Settings) Placeholders() []string {
 	var names []string
 	if s.JWTIssuer == placeholderIssuer {
 		names = append(names, ctxJWTIssuer)
+	}
+	if s.JWTAudience == placeholderAudience {
+		names = append(names, ctxJWTAudience)
 	}
 	if s.PayoutURL == placeholderPayoutURL {
 		names = append(names, ctxPayoutURL)
@@ -162,6 +184,20 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	str(ctxPayoutSecretName, &s.PayoutSecretName)
 	str(ctxWebhookSecretName, &s.PayoutWebhookSecretName)
 	str(ctxIdempotencyWindow, &s.PayoutIdempotencyWindow)
+	str(ctxFinanceWebhookURL, &s.FinanceWebhookURL)
+	str(ctxFinanceSecretName, &s.FinanceSecretName)
+	var admins string
+	str(ctxAdminRoleARNs, &admins)
+	for _, a := range strings.Split(admins, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if !roleARNPattern.MatchString(a) {
+			errs = append(errs, fmt.Errorf("context %s: %q is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", ctxAdminRoleARNs, a))
+			continue
+		}
+		s.AdminRoleARNs = append(s.AdminRoleARNs, a)
+	}
 	switch v := get(ctxPayoutLookup).(type) {
 	case nil:
 	case bool:
@@ -180,6 +216,8 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	num(ctxRedisShards, &s.RedisShards, 1, 500)
 	num(ctxQueueShards, &s.QueueShards, 1, 1024)
 	num(ctxConsumerMaxConcurrency, &s.ConsumerMaxConcurrency, 2, 1000)
+	// Lambda reserves 1..1000 (the account quota is the real bound); 0 is off.
+	num(ctxPollerReserved, &s.PollerReservedConcurrency, 0, 1000)
 
 	if u, err := url.Parse(s.JWTIssuer); err != nil || u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an https URL (API Gateway requires one)", ctxJWTIssuer, s.JWTIssuer))
@@ -201,9 +239,16 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	if !nodeTypePattern.MatchString(s.RedisNodeType) {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an ElastiCache node type (cache.<family>.<size>)", ctxRedisNodeType, s.RedisNodeType))
 	}
-	for _, n := range []struct{ key, v string }{{ctxPayoutSecretName, s.PayoutSecretName}, {ctxWebhookSecretName, s.PayoutWebhookSecretName}} {
-		if !secretNamePattern.MatchString(n.v) {
-			errs = append(errs, fmt.Errorf("context %s: %q is not a Secrets Manager secret name", n.key, n.v))
+	if s.FinanceWebhookURL != "" {
+		if _, err := payoutPort(s.FinanceWebhookURL); err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %w", ctxFinanceWebhookURL, err))
+		}
+	}
+	for _, n := range []struct{ key, v string }{
+		{ctxPayoutSecretName, s.PayoutSecretName}, {ctxWebhookSecretName, s.PayoutWebhookSecretName}, {ctxFinanceSecretName, s.FinanceSecretName},
+	} {
+		if !isSecretID(n.v) {
+			errs = append(errs, fmt.Errorf("context %s: %q is neither a Secrets Manager secret name nor a complete secret ARN", n.key, n.v))
 		}
 	}
 	if d, err := time.ParseDuration(s.PayoutIdempotencyWindow); err != nil || d <= 0 {
@@ -220,7 +265,21 @@ var (
 	scopePattern      = regexp.MustCompile(`^[\x21\x23-\x5b\x5d-\x7e]{1,256}$`) // RFC 6749 3.3
 	nodeTypePattern   = regexp.MustCompile(`^cache\.[a-z0-9-]+\.[a-z0-9]+$`)
 	secretNamePattern = regexp.MustCompile(`^[A-Za-z0-9/_+=.@-]{1,512}$`)
+	// A complete secret ARN ends in the hyphen and six characters Secrets
+	// Manager appends to the name; a partial one (without them) is refused,
+	// as Secrets Manager may read its last seven characters as that suffix.
+	secretARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$`)
+	roleARNPattern   = regexp.MustCompile(`^arn:aws[-a-z]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$`)
 )
+
+// isSecretID: a secret's name or its complete ARN, the two forms the
+// functions pass to GetSecretValue as they are (the *_SECRET_ID variables).
+func isSecretID(id string) bool {
+	if strings.HasPrefix(id, "arn:") {
+		return secretARNPattern.MatchString(id)
+	}
+	return secretNamePattern.MatchString(id)
+}
 
 // payoutPort is the TCP port the functions reach the payout provider on: the
 // only destination outside AWS their security group lets them reach.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -50,30 +52,32 @@ type HourglassStack struct {
 	settings Settings
 	codeDir  string
 
-	Vpc               awsec2.Vpc
-	FunctionsSG       awsec2.SecurityGroup
-	RedisSG           awsec2.SecurityGroup
-	EndpointsSG       awsec2.SecurityGroup
-	DataKey           awskms.Key
-	AlarmKey          awskms.Key
-	RedisAuth         awssecretsmanager.Secret
-	Redis             awselasticache.CfnReplicationGroup
-	RedisParameters   awselasticache.CfnParameterGroup
-	Withdrawals       awsdynamodb.Table
-	Orders            awsdynamodb.Table
-	Idempotency       awsdynamodb.Table
-	WorkQueue         awssqs.Queue
-	DeadLetterQueue   awssqs.Queue
-	FinanceTopic      awssns.Topic
-	AlarmTopic        awssns.Topic
-	PayoutSecret      awssecretsmanager.ISecret
-	WebhookSecret     awssecretsmanager.ISecret
-	Functions         map[string]awslambda.Function
-	LogGroups         map[string]awslogs.LogGroup
-	Api               awsapigatewayv2.HttpApi
-	Dashboard         awscloudwatch.Dashboard
-	Alarms            []awscloudwatch.Alarm
-	redisNodeClusters [][]string
+	Vpc             awsec2.Vpc
+	FunctionsSG     awsec2.SecurityGroup
+	RedisSG         awsec2.SecurityGroup
+	EndpointsSG     awsec2.SecurityGroup
+	DataKey         awskms.Key
+	AlarmKey        awskms.Key
+	RedisAuth       awssecretsmanager.Secret
+	Redis           awselasticache.CfnReplicationGroup
+	RedisParameters awselasticache.CfnParameterGroup
+	Withdrawals     awsdynamodb.Table
+	Orders          awsdynamodb.Table
+	Idempotency     awsdynamodb.Table
+	WorkQueue       awssqs.Queue
+	DeadLetterQueue awssqs.Queue
+	// FinanceQueue holds every finance message for finance to read;
+	// FinanceDeadLetterQueue what it or a topic subscription could not take.
+	FinanceQueue           awssqs.Queue
+	FinanceDeadLetterQueue awssqs.Queue
+	FinanceTopic           awssns.Topic
+	AlarmTopic             awssns.Topic
+	Functions              map[string]awslambda.Function
+	LogGroups              map[string]awslogs.LogGroup
+	Api                    awsapigatewayv2.HttpApi
+	Dashboard              awscloudwatch.Dashboard
+	Alarms                 []awscloudwatch.Alarm
+	redisNodeClusters      [][]string
 	// indexes names each table's global secondary indexes.
 	indexes map[awsdynamodb.Table][]string
 }
@@ -121,7 +125,39 @@ func (s *HourglassStack) codePath(name string) string {
 // the dashboard and alarms can name its nodes, which ElastiCache calls
 // <group>-<shard 0001..>-<node 001..>.
 func (s *HourglassStack) redisGroupID() string {
-	return strings.ToLower(*s.Stack.StackName())
+	return redisGroupID(*s.Stack.StackName())
+}
+
+// redisGroupIDMax leaves room in ElastiCache's 40 characters for nothing
+// else; node ids (<group>-0001-001) may be longer than the group id.
+const redisGroupIDMax = 40
+
+// redisGroupID derives a valid ElastiCache replication group id from a
+// stack name, so that each stack of an account and region has its own:
+// 1 to 40 lower-case letters, digits and single hyphens, starting with a
+// letter, not ending in a hyphen. A name that had to be shortened or
+// changed ends in a hash of the whole name, so two such stacks still differ.
+func redisGroupID(stack string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(stack) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case !strings.HasSuffix(b.String(), "-") && b.Len() > 0:
+			b.WriteByte('-')
+		}
+	}
+	id := strings.TrimRight(b.String(), "-")
+	if id == "" || id[0] < 'a' || id[0] > 'z' {
+		id = strings.TrimRight("hg-"+id, "-")
+	}
+	if id == strings.ToLower(stack) && len(id) <= redisGroupIDMax {
+		return id
+	}
+	sum := sha256.Sum256([]byte(stack))
+	suffix := "-" + hex.EncodeToString(sum[:])[:8]
+	id = strings.TrimRight(id[:min(len(id), redisGroupIDMax-len(suffix))], "-")
+	return id + suffix
 }
 
 func (s *HourglassStack) createOutputs() {
@@ -131,6 +167,9 @@ func (s *HourglassStack) createOutputs() {
 	out("ApiUrl", "Base URL of the HTTP API", s.Api.ApiEndpoint())
 	out("WorkQueueUrl", "SQS work queue (poller -> consumer)", s.WorkQueue.QueueUrl())
 	out("DeadLetterQueueUrl", "Jobs the consumer failed 5 times", s.DeadLetterQueue.QueueUrl())
+	out("FinanceQueueUrl", "Every finance message, as published to the finance topic: finance reads it here", s.FinanceQueue.QueueUrl())
+	out("FinanceDeadLetterQueueUrl", "Finance messages a subscription could not deliver or finance failed to take 5 times",
+		s.FinanceDeadLetterQueue.QueueUrl())
 	out("FinanceTopicArn", "Processed payouts for finance (subscribe e-mail, SQS or HTTPS)", s.FinanceTopic.TopicArn())
 	out("AlarmTopicArn", "Ops alarms", s.AlarmTopic.TopicArn())
 	out("RedisConfigurationEndpoint", "ElastiCache cluster-mode configuration endpoint (TLS)",

@@ -64,15 +64,9 @@ func TestFunctions(t *testing.T) {
 	}
 	hasProps(t, tpl, "AWS::Lambda::Function", props{
 		"Timeout":                      75,
-		"ReservedConcurrentExecutions": pollerConcurrency,
+		"ReservedConcurrentExecutions": assertions.Match_Absent(), // TestPollerReservedConcurrency
 		"Environment":                  props{"Variables": props{"HOURGLASS_POLLER_MARGIN": "5s"}},
 	})
-	// Only the poller reserves concurrency.
-	for id, r := range ours {
-		if _, ok := propsOf(r)["ReservedConcurrentExecutions"]; ok && id != logicalID(f.def, f.def.Functions[fnPoller]) {
-			t.Errorf("%s reserves concurrency", id)
-		}
-	}
 	// A run outlasts the minute between starts: consecutive runs overlap.
 	if pollerTimeout-pollerMargin <= 60e9 {
 		t.Errorf("poller loop budget %s does not outlast the 1-minute schedule", pollerTimeout-pollerMargin)
@@ -98,7 +92,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	base := props{
 		"HOURGLASS_AUTH":              "jwt",
 		"REDIS_URL":                   redisURL,
-		"REDIS_AUTH_SECRET_ARN":       ref(logicalID(f.def, f.def.RedisAuth)),
+		"REDIS_AUTH_SECRET_ID":        ref(logicalID(f.def, f.def.RedisAuth)),
 		"HOURGLASS_QUEUE_SHARDS":      "4",
 		"HOURGLASS_LEDGER":            "dynamodb",
 		"HOURGLASS_WITHDRAWALS_TABLE": ref(logicalID(f.def, f.def.Withdrawals)),
@@ -107,18 +101,18 @@ func TestFunctionEnvironment(t *testing.T) {
 		"HOURGLASS_LOG_LEVEL":         "info",
 	}
 	own := map[string]props{
-		fnEnqueue: {"HOURGLASS_JWT_SCOPE": "hourglass/user", "PAYOUT_WEBHOOK_SECRET_ID": "hourglass/payout-webhook"},
-		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user"},
+		fnEnqueue: {
+			"HOURGLASS_JWT_SCOPE": "hourglass/user", "PAYOUT_WEBHOOK_SECRET_ID": "hourglass/payout-webhook",
+			"HOURGLASS_ADMIN_ROLE_ARNS": "",
+		},
+		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user", "HOURGLASS_ADMIN_ROLE_ARNS": ""},
 		fnPoller: {
 			"WORK_QUEUE_URL":          ref(logicalID(f.def, f.def.WorkQueue)),
 			"HOURGLASS_POLLER_MARGIN": "5s",
 		},
 		fnConsumer: {
-			"PAYOUT_URL": "https://payouts.example.com/v1/payouts",
-			"PAYOUT_SIGNING_SECRET_ARN": props{"Fn::Join": []any{"", []any{
-				"arn:", ref("AWS::Partition"), ":secretsmanager:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
-				":secret:hourglass/payout-signing-secret",
-			}}},
+			"PAYOUT_URL":                "https://payouts.example.com/v1/payouts",
+			"PAYOUT_SIGNING_SECRET_ID":  "hourglass/payout-signing-secret",
 			"PAYOUT_LOOKUP":             "true",
 			"PAYOUT_IDEMPOTENCY_WINDOW": "24h",
 			"FINANCE_TOPIC_ARN":         ref(logicalID(f.def, f.def.FinanceTopic)),
@@ -178,10 +172,10 @@ func TestQueues(t *testing.T) {
 	tpl := f.defTpl
 	key := getAtt(logicalID(f.def, f.def.DataKey), "Arn")
 	dlq := logicalID(f.def, f.def.DeadLetterQueue)
-	count(t, tpl, "AWS::SQS::Queue", 2)
+	count(t, tpl, "AWS::SQS::Queue", 4) // and the finance queues, TestFinanceDurablePath
 	hasProps(t, tpl, "AWS::SQS::Queue", props{
 		"KmsMasterKeyId":         key,
-		"MessageRetentionPeriod": 14 * 24 * 3600,
+		"MessageRetentionPeriod": 4 * 24 * 3600,
 		"RedrivePolicy":          props{"deadLetterTargetArn": getAtt(dlq, "Arn"), "maxReceiveCount": 5},
 	})
 	hasProps(t, tpl, "AWS::SQS::Queue", props{
@@ -224,9 +218,10 @@ func TestTopics(t *testing.T) {
 			}))}),
 		})
 	}
-	// No e-mail by default; each one given subscribes to its topic.
-	count(t, tpl, "AWS::SNS::Subscription", 0)
-	count(t, f.optTpl, "AWS::SNS::Subscription", 2)
+	// The finance queue's subscription; each e-mail given subscribes to
+	// its topic.
+	count(t, tpl, "AWS::SNS::Subscription", 1)
+	count(t, f.optTpl, "AWS::SNS::Subscription", 3)
 	hasProps(t, f.optTpl, "AWS::SNS::Subscription", props{
 		"Protocol": "email", "Endpoint": "finance@example.org", "TopicArn": ref(logicalID(f.opt, f.opt.FinanceTopic)),
 	})
@@ -432,7 +427,7 @@ func TestApiRoutes(t *testing.T) {
 		"AuthorizerType": "JWT",
 		"IdentitySource": []any{"$request.header.Authorization"},
 		"JwtConfiguration": props{
-			"Issuer": "https://issuer.example.com/", "Audience": []any{"hourglass-app"},
+			"Issuer": "https://issuer.example.com/", "Audience": []any{"placeholder-audience"},
 		},
 	})
 	hasProps(t, f.optTpl, "AWS::ApiGatewayV2::Authorizer", props{
@@ -570,9 +565,11 @@ func TestAlarms(t *testing.T) {
 		tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), like(props{"AlarmActions": topic, "OKActions": topic}))
 	})
 	// due lag, DLQ, 4 function errors, poller heartbeat, unresolved payouts,
-	// refused credentials, callback conflicts, one per Redis shard
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3)
+	// refused credentials, callback conflicts, one per Redis shard; poller
+	// failures, API 5xx, reconciler repairs, DLQ age, finance deliveries
+	// and finance DLQ (TestNewAlarms)
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6)
 	// A payout that may have been made and is still unsettled pages.
 	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
 		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{
@@ -676,6 +673,7 @@ func TestDashboard(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	f := stacks(t)
 	for _, out := range []string{"ApiUrl", "WorkQueueUrl", "DeadLetterQueueUrl", "FinanceTopicArn", "AlarmTopicArn",
+		"FinanceQueueUrl", "FinanceDeadLetterQueueUrl",
 		"RedisConfigurationEndpoint", "RedisAuthSecretArn", "DashboardUrl",
 		"EnqueueLogGroup", "SeckillLogGroup", "PollerLogGroup", "ConsumerLogGroup"} {
 		check(t, "output "+out, func() { f.defTpl.HasOutput(jsii.String(out), assertions.Match_AnyValue()) })

@@ -48,6 +48,7 @@ const (
 	CompensationRequeued = "CompensationRequeued"
 	CompensationReleased = "CompensationReleased"
 	Reconciled           = "Reconciled"
+	PollerFailures       = "PollerFailures"
 )
 
 // maxValues is EMF's limit of values per metric in one line.

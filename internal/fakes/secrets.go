@@ -15,6 +15,31 @@ type SecretStore struct {
 	values map[string]string
 	reads  map[string]int
 	down   bool
+	// hold, if set, keeps every read waiting until it is closed; pending
+	// counts the reads waiting.
+	hold    chan struct{}
+	pending int
+}
+
+// Hold makes reads wait until the returned release is called.
+func (s *SecretStore) Hold() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = make(chan struct{})
+	h := s.hold
+	return func() {
+		s.mu.Lock()
+		s.hold = nil
+		s.mu.Unlock()
+		close(h)
+	}
+}
+
+// Pending counts the reads held waiting.
+func (s *SecretStore) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
 }
 
 // NewSecretStore returns a store holding values by secret id.
@@ -50,6 +75,13 @@ func (s *SecretStore) Reads(id string) int {
 // GetSecretValue answers as Secrets Manager does.
 func (s *SecretStore) GetSecretValue(_ context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
 	s.mu.Lock()
+	if h := s.hold; h != nil {
+		s.pending++
+		s.mu.Unlock()
+		<-h
+		s.mu.Lock()
+		s.pending--
+	}
 	defer s.mu.Unlock()
 	id := *in.SecretId
 	s.reads[id]++

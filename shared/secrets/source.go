@@ -192,4 +192,4 @@ func Read(ctx context.Context, api Getter, id string) (Keys, error) {
 	return Parse(id, *out.SecretString)
 }
 
-var errNoCurrent = errors.New("has a previous key but no current one")
+var errNoCurrent = errors.New("has no current key")

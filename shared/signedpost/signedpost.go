@@ -76,7 +76,7 @@ func New(o Options) (*Endpoint, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return nil, fmt.Errorf("%s: %s url %q is not an absolute http(s) url with a host", o.Name, o.Party, redact(u))
 	}
-	if len(o.Secret) == 0 && o.Keys == nil {
+	if st, ok := o.Keys.(secrets.Static); (ok && st.Current == "") || (len(o.Secret) == 0 && o.Keys == nil) {
 		return nil, fmt.Errorf("%s: %s needs a signing secret", o.Name, o.Party)
 	}
 	if o.Timeout < 0 {

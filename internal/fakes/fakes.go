@@ -42,6 +42,26 @@ type Provider struct {
 	// refused holds the keys refused for good (a 4xx verdict), for lookups.
 	refused map[string]bool
 	lookups int
+	// rekeyed: the signing key was rotated (Rekey); a request signed with
+	// another key is then answered 401, as a real provider would, instead
+	// of failing the test. badSigs counts those.
+	rekeyed bool
+	badSigs int
+}
+
+// Rekey makes the provider accept only signatures made with secret (the old
+// key revoked), answering others 401.
+func (p *Provider) Rekey(secret string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.secret, p.rekeyed = []byte(secret), true
+}
+
+// BadSignatures counts the requests refused 401 since Rekey.
+func (p *Provider) BadSignatures() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.badSigs
 }
 
 // Rule decides the answer to the n-th call (from 1) under an idempotency
@@ -91,8 +111,16 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
-	if err := signature.Verify(p.secret, r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
-		p.t.Errorf("provider: bad signature: %v", err)
+	p.mu.Lock()
+	secret, rekeyed := p.secret, p.rekeyed
+	p.mu.Unlock()
+	if err := signature.Verify(secret, r.Header.Get(signature.Header), body, time.Now(), time.Minute); err != nil {
+		if !rekeyed {
+			p.t.Errorf("provider: bad signature: %v", err)
+		}
+		p.mu.Lock()
+		p.badSigs++
+		p.mu.Unlock()
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}

@@ -80,6 +80,10 @@ type App struct {
 	Metrics *metrics.Emitter
 	// Limiter holds the per-user and per-source rate limits of the API.
 	Limiter *ratelimit.Limiter
+	// Secrets are the signing keys Provider, Notifier and the callback route
+	// use: from the configuration (New), or kept fresh from Secrets Manager
+	// (OpenSecrets, set by ForLambda).
+	Secrets Secrets
 
 	scheduled atomic.Pointer[func(time.Time)]
 
@@ -96,16 +100,83 @@ func Connect(cfg config.Config) (redis.UniversalClient, error) {
 	return redisconn.New(string(cfg.RedisURL), redisconn.Options{Password: string(cfg.RedisPassword)})
 }
 
-// ResolveSecrets reads the secrets cfg names by ARN from Secrets Manager (the
-// ElastiCache AUTH token, the payout and finance signing secrets) into cfg.
+// Secrets are the sources of the secrets that rotate. Redis is nil when the
+// AUTH token is REDIS_URL's own.
+type Secrets struct {
+	Redis, Payout, Finance, Webhook secrets.Source
+}
+
+// ConfiguredSecrets are cfg's secrets as constants: the local stack's, from
+// the environment.
+func ConfiguredSecrets(cfg config.Config) Secrets {
+	s := Secrets{
+		Payout:  secrets.Static{Current: string(cfg.PayoutSecret)},
+		Finance: secrets.Static{Current: string(cfg.FinanceSecret)},
+		Webhook: secrets.Static{Current: string(cfg.PayoutWebhookSecret)},
+	}
+	if cfg.RedisPassword != "" {
+		s.Redis = secrets.Static{Current: string(cfg.RedisPassword)}
+	}
+	return s
+}
+
+// OpenSecrets returns the sources of cfg's secrets: each one cfg names by a
+// *_SECRET_ID is read from Secrets Manager through api (nil: the SDK's
+// client of the environment) now, so that a cold start that cannot read it
+// fails, and again every HOURGLASS_SECRET_TTL and when its key is refused;
+// the others are constants from cfg.
+func OpenSecrets(ctx context.Context, cfg config.Config, log *slog.Logger, api secrets.Getter) (Secrets, error) {
+	s := ConfiguredSecrets(cfg)
+	wanted := []struct {
+		id  string
+		dst *secrets.Source
+	}{
+		{cfg.RedisAuthSecretID, &s.Redis},
+		{cfg.PayoutSecretID, &s.Payout},
+		{cfg.FinanceSecretID, &s.Finance},
+		{cfg.WebhookSecretID, &s.Webhook},
+	}
+	for _, w := range wanted {
+		if w.id == "" {
+			continue
+		}
+		if api == nil {
+			awsCfg, err := AWSConfig(ctx)
+			if err != nil {
+				return Secrets{}, err
+			}
+			api = secretsmanager.NewFromConfig(awsCfg)
+		}
+		src := secrets.NewCached(api, w.id, secrets.CachedOptions{TTL: cfg.SecretTTL, Logger: log})
+		if _, err := src.Keys(ctx); err != nil {
+			return Secrets{}, err
+		}
+		*w.dst = src
+	}
+	return s, nil
+}
+
+// ConnectWith returns the Redis client of cfg.RedisURL that authenticates
+// with s.Redis, if set, and follows its rotations.
+func ConnectWith(cfg config.Config, s Secrets) (redis.UniversalClient, error) {
+	if cfg.RedisURL == "" {
+		return nil, errors.New("app: REDIS_URL is not set")
+	}
+	return redisconn.New(string(cfg.RedisURL), redisconn.Options{Secret: s.Redis})
+}
+
+// ResolveSecrets reads the secrets cfg names from Secrets Manager (the
+// ElastiCache AUTH token, the payout and finance signing secrets, the
+// callbacks' secret) into cfg, once: for short-lived processes (the CLI).
+// Functions use OpenSecrets, which follows rotations.
 func ResolveSecrets(ctx context.Context, cfg *config.Config) error {
 	wanted := []struct {
 		arn string
 		dst *config.Secret
 	}{
-		{cfg.RedisAuthSecretARN, &cfg.RedisPassword},
-		{cfg.PayoutSecretARN, &cfg.PayoutSecret},
-		{cfg.FinanceSecretARN, &cfg.FinanceSecret},
+		{cfg.RedisAuthSecretID, &cfg.RedisPassword},
+		{cfg.PayoutSecretID, &cfg.PayoutSecret},
+		{cfg.FinanceSecretID, &cfg.FinanceSecret},
 		{cfg.WebhookSecretID, &cfg.PayoutWebhookSecret},
 	}
 	var api *secretsmanager.Client
@@ -142,7 +213,8 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
-		Items: seckill.NewStore(rdb, cfg.RedisPrefix), itemQueues: map[string]*delayq.Queue{}}
+		Items: seckill.NewStore(rdb, cfg.RedisPrefix), itemQueues: map[string]*delayq.Queue{},
+		Secrets: ConfiguredSecrets(cfg)}
 	rates, err := cfg.RateRules()
 	if err != nil {
 		return nil, err
@@ -344,7 +416,7 @@ func (a *App) withdrawalRoutes(rt *httpapi.Router) {
 }
 
 func (a *App) webhookRoutes(rt *httpapi.Router) {
-	httpapi.PayoutWebhooks{Service: a.Service, Secret: a.Config.PayoutWebhookSecret.Bytes(), Clock: a.Clock,
+	httpapi.PayoutWebhooks{Service: a.Service, Keys: a.Secrets.Webhook, Clock: a.Clock,
 		Limiter: a.Limiter}.Register(rt)
 }
 
@@ -371,7 +443,7 @@ func (a *App) Provider(simulated bool) (withdrawal.Provider, error) {
 		return &payout.Simulated{Logger: a.Log}, nil
 	}
 	return payout.New(payout.Config{
-		URL: a.Config.PayoutURL, Secret: a.Config.PayoutSecret.Bytes(), Timeout: a.Config.PayoutTimeout, Clock: a.Clock,
+		URL: a.Config.PayoutURL, Keys: a.Secrets.Payout, Timeout: a.Config.PayoutTimeout, Clock: a.Clock,
 		NoLookup: !a.Config.PayoutLookup,
 	})
 }
@@ -389,7 +461,7 @@ func (a *App) Notifier(ctx context.Context, out io.Writer, logOK bool) (withdraw
 		return finance.NewSNS(sns.NewFromConfig(awsCfg), a.Config.FinanceTopicARN)
 	case a.Config.FinanceWebhookURL != "":
 		return finance.NewWebhook(finance.WebhookConfig{
-			URL: a.Config.FinanceWebhookURL, Secret: a.Config.FinanceSecret.Bytes(), Clock: a.Clock,
+			URL: a.Config.FinanceWebhookURL, Keys: a.Secrets.Finance, Clock: a.Clock,
 		})
 	case logOK:
 		return finance.NewLog(out), nil
@@ -561,10 +633,11 @@ func ForLambda(require ...string) *App {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := ResolveSecrets(ctx, &cfg); err != nil {
+	sec, err := OpenSecrets(ctx, cfg, log, nil)
+	if err != nil {
 		Fatal(log, "secrets", err)
 	}
-	rdb, err := Connect(cfg)
+	rdb, err := ConnectWith(cfg, sec)
 	if err != nil {
 		Fatal(log, "redis", err)
 	}
@@ -572,6 +645,7 @@ func ForLambda(require ...string) *App {
 	if err != nil {
 		Fatal(log, "wiring", err)
 	}
+	a.Secrets = sec
 	a.EmitMetricsTo(os.Stdout)
 	return a
 }

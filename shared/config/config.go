@@ -45,7 +45,7 @@ type Config struct {
 	Addr     string `env:"HOURGLASS_ADDR" envDefault:"127.0.0.1:8080"`
 	RedisURL Secret `env:"REDIS_URL"`
 	// RedisPassword, if set, replaces the password of REDIS_URL; it comes from
-	// REDIS_AUTH_SECRET_ARN (see app.ResolveSecrets), never from the
+	// REDIS_AUTH_SECRET_ID (see app.ResolveSecrets), never from the
 	// environment.
 	RedisPassword Secret `env:"-"`
 	RedisPrefix   string `env:"HOURGLASS_REDIS_PREFIX" envDefault:"hg:"`
@@ -71,14 +71,23 @@ type Config struct {
 	FinanceSecret     Secret `env:"FINANCE_SIGNING_SECRET" envDefault:"dev-finance-secret"`
 	FinanceTopicARN   string `env:"FINANCE_TOPIC_ARN"`
 
-	// Secrets Manager secrets read at cold start in AWS; each replaces the
-	// setting it names.
+	// Secrets Manager secrets, each named by its name or complete ARN, that
+	// replace the setting they name in AWS: the Redis AUTH token, the payout
+	// and finance signing secrets, the provider callbacks' secret. Each is
+	// read at cold start and again every SecretTTL, and when its key is
+	// refused (see package secrets for the rotation format).
+	RedisAuthSecretID string `env:"REDIS_AUTH_SECRET_ID"`
+	PayoutSecretID    string `env:"PAYOUT_SIGNING_SECRET_ID"`
+	FinanceSecretID   string `env:"FINANCE_SIGNING_SECRET_ID"`
+	WebhookSecretID   string `env:"PAYOUT_WEBHOOK_SECRET_ID"`
+	// The former names of the first three, still accepted; the _ID name
+	// wins, and both set to different secrets is an error.
 	RedisAuthSecretARN string `env:"REDIS_AUTH_SECRET_ARN"`
 	PayoutSecretARN    string `env:"PAYOUT_SIGNING_SECRET_ARN"`
 	FinanceSecretARN   string `env:"FINANCE_SIGNING_SECRET_ARN"`
-	// WebhookSecretID names the callbacks' secret by name or ARN (Secrets
-	// Manager takes either; a name is what the stack passes).
-	WebhookSecretID string `env:"PAYOUT_WEBHOOK_SECRET_ID"`
+	// SecretTTL is how long a secret read from Secrets Manager is used
+	// before it is read again.
+	SecretTTL time.Duration `env:"HOURGLASS_SECRET_TTL" envDefault:"5m"`
 
 	// WorkQueueURL is the SQS queue the poller sends due jobs to (AWS).
 	WorkQueueURL string `env:"WORK_QUEUE_URL"`
@@ -174,6 +183,21 @@ func (c *Config) rates() []struct {
 	}
 }
 
+// secretAliases pairs each secret's _ID setting with its former _ARN name.
+func (c *Config) secretAliases() []struct {
+	name, alias string
+	id, arn     *string
+} {
+	return []struct {
+		name, alias string
+		id, arn     *string
+	}{
+		{"REDIS_AUTH_SECRET_ID", "REDIS_AUTH_SECRET_ARN", &c.RedisAuthSecretID, &c.RedisAuthSecretARN},
+		{"PAYOUT_SIGNING_SECRET_ID", "PAYOUT_SIGNING_SECRET_ARN", &c.PayoutSecretID, &c.PayoutSecretARN},
+		{"FINANCE_SIGNING_SECRET_ID", "FINANCE_SIGNING_SECRET_ARN", &c.FinanceSecretID, &c.FinanceSecretARN},
+	}
+}
+
 // RateRules returns the rate limits of each route family.
 func (c Config) RateRules() (map[ratelimit.Family]ratelimit.Rule, error) {
 	var errs []error
@@ -242,6 +266,11 @@ func Load(p Profile) (Config, error) {
 	}
 	for i, cur := range c.Currencies {
 		c.Currencies[i] = strings.TrimSpace(cur)
+	}
+	for _, a := range c.secretAliases() {
+		if *a.id == "" {
+			*a.id = *a.arn
+		}
 	}
 	for _, pr := range c.problems() {
 		if !failed[pr.name] {
@@ -315,10 +344,15 @@ func (c Config) problems() []problem {
 		{"HOURGLASS_LEASE", c.Lease}, {"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval},
 		{"HOURGLASS_VISIBILITY_TIMEOUT", c.Visibility},
 		{"HOURGLASS_COMPENSATION_INTERVAL", c.CompensationInterval}, {"HOURGLASS_RESERVED_TIMEOUT", c.ReservedTimeout},
-		{"HOURGLASS_REDIS_HORIZON", c.RedisHorizon},
+		{"HOURGLASS_REDIS_HORIZON", c.RedisHorizon}, {"HOURGLASS_SECRET_TTL", c.SecretTTL},
 	} {
 		if d.d <= 0 {
 			bad(d.name, "must be a positive duration, got %s", d.d)
+		}
+	}
+	for _, a := range c.secretAliases() {
+		if *a.id != "" && *a.arn != "" && *a.id != *a.arn {
+			bad(a.name, "and %s (its former name) name different secrets; set one", a.alias)
 		}
 	}
 	if c.DefaultDelay < 0 || c.DefaultDelay > c.MaxDelay {

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -33,6 +34,11 @@ const BatchSize = 10
 
 // DefaultConcurrency is the default number of SendMessageBatch calls in flight.
 const DefaultConcurrency = 16
+
+// DefaultCallTimeout bounds one SendMessageBatch call, its SDK retries
+// included: SQS answers in milliseconds, and a hung call must fail while the
+// poller still has time to re-schedule the batch.
+const DefaultCallTimeout = 5 * time.Second
 
 // KindAttribute is the message attribute carrying the job kind, so queue
 // subscribers and filters can route without parsing bodies.
@@ -56,16 +62,21 @@ type Option func(*SQS)
 // WithConcurrency bounds the SendMessageBatch calls in flight at once.
 func WithConcurrency(n int) Option { return func(s *SQS) { s.concurrency = n } }
 
+// WithCallTimeout bounds each SendMessageBatch call (DefaultCallTimeout).
+// The caller's context still ends a call sooner.
+func WithCallTimeout(d time.Duration) Option { return func(s *SQS) { s.callTimeout = d } }
+
 // SQS dispatches jobs to one SQS queue.
 type SQS struct {
 	api         SQSSender
 	queueURL    string
 	concurrency int
+	callTimeout time.Duration
 }
 
 // NewSQS returns a dispatcher sending to the queue at queueURL through api.
 func NewSQS(api SQSSender, queueURL string, opts ...Option) (*SQS, error) {
-	s := &SQS{api: api, queueURL: queueURL, concurrency: DefaultConcurrency}
+	s := &SQS{api: api, queueURL: queueURL, concurrency: DefaultConcurrency, callTimeout: DefaultCallTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -76,6 +87,8 @@ func NewSQS(api SQSSender, queueURL string, opts ...Option) (*SQS, error) {
 		return nil, errors.New("dispatch: SQS queue URL is empty")
 	case s.concurrency < 1:
 		return nil, fmt.Errorf("dispatch: concurrency %d is below 1", s.concurrency)
+	case s.callTimeout <= 0:
+		return nil, fmt.Errorf("dispatch: call timeout %s is not positive", s.callTimeout)
 	}
 	return s, nil
 }
@@ -207,8 +220,15 @@ func (s *SQS) send(ctx context.Context, batch []delayq.Job) (uint16, error) {
 		})
 	}
 
-	out, err := s.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &s.queueURL, Entries: entries})
+	// A call that times out may still have been accepted: its jobs count
+	// as refused and are sent again later, which the consumer tolerates.
+	callCtx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	out, err := s.api.SendMessageBatch(callCtx, &sqs.SendMessageBatchInput{QueueUrl: &s.queueURL, Entries: entries})
 	if err != nil {
+		if callCtx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", s.callTimeout, err)
+		}
 		return 0, errors.Join(fmt.Errorf("send batch of %d: %w", len(entries), err), badErr)
 	}
 	var ok, failed uint16

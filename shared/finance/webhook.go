@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -27,6 +28,11 @@ type WebhookConfig struct {
 	URL string
 	// Secret signs every body (FINANCE_SIGNING_SECRET).
 	Secret []byte
+	// Keys, if set, replaces Secret (FINANCE_SIGNING_SECRET_ID): each message
+	// is signed with its current key (finance accepts both keys while it
+	// rotates), and one refused with 401 or 403 is sent once more if the
+	// secret read again holds another key.
+	Keys secrets.Source
 	// Timeout bounds one call; 0 means DefaultWebhookTimeout.
 	Timeout time.Duration
 	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
@@ -49,6 +55,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		Party:          "webhook",
 		URL:            cfg.URL,
 		Secret:         cfg.Secret,
+		Keys:           cfg.Keys,
 		Timeout:        cfg.Timeout,
 		DefaultTimeout: DefaultWebhookTimeout,
 		HTTPClient:     cfg.HTTPClient,
@@ -67,6 +74,10 @@ func (h *Webhook) Notify(ctx context.Context, m withdrawal.Processed) error {
 		return err
 	}
 	resp, err := h.endpoint.Post(ctx, body, m.WithdrawalID)
+	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
+		h.endpoint.Rekeyed(ctx, resp) {
+		resp, err = h.endpoint.Post(ctx, body, m.WithdrawalID)
+	}
 	if err != nil {
 		return fmt.Errorf("finance: webhook %s: %w", m.WithdrawalID, err)
 	}

@@ -1,14 +1,19 @@
 package httpapi
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/ratelimit"
+	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -20,7 +25,12 @@ import (
 type PayoutWebhooks struct {
 	Service *withdrawal.Service
 	Secret  []byte
-	Clock   clock.Clock
+	// Keys, if set, replaces Secret (PAYOUT_WEBHOOK_SECRET_ID): a signature
+	// made with its current or previous key is accepted, and one matching
+	// neither makes it read the secret again before the callback is refused,
+	// so a key the provider rotated to is taken at once.
+	Keys  secrets.Source
+	Clock clock.Clock
 	// Limiter, if set, rate-limits callbacks per source address.
 	Limiter *ratelimit.Limiter
 }
@@ -44,11 +54,20 @@ type callbackAnswer struct {
 }
 
 func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	if len(h.Secret) == 0 {
+	keys, err := h.keys(ctx, false)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	if len(keys) == 0 {
 		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusServiceUnavailable, CodeUnavailable,
 			"payout callbacks are not configured (PAYOUT_WEBHOOK_SECRET)")
 	}
-	err := signature.Verify(h.Secret, r.Header(signature.Header), r.Body, h.Clock.Now(), signature.DefaultTolerance)
+	err = h.verify(keys, r)
+	if errors.Is(err, signature.ErrMismatch) && h.Keys != nil {
+		if fresh, ferr := h.keys(ctx, true); ferr == nil && !sameKeys(fresh, keys) {
+			err = h.verify(fresh, r)
+		}
+	}
 	if err != nil {
 		detail := "the " + signature.Header + " header does not authenticate this body"
 		if errors.Is(err, signature.ErrTimestamp) {
@@ -61,4 +80,45 @@ func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGat
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
 	return JSON(http.StatusOK, callbackAnswer{WithdrawalID: s.Withdrawal.ID, Status: s.Withdrawal.Shown(), Result: s.Applied.String()})
+}
+
+// keys returns the keys a callback may be signed with, read again if
+// refresh.
+func (h PayoutWebhooks) keys(ctx context.Context, refresh bool) ([][]byte, error) {
+	if h.Keys == nil {
+		if len(h.Secret) == 0 {
+			return nil, nil
+		}
+		return [][]byte{h.Secret}, nil
+	}
+	read := h.Keys.Keys
+	if refresh {
+		read = h.Keys.Refresh
+	}
+	k, err := read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("payout callbacks: %w", err)
+	}
+	if k.Current == "" {
+		return nil, nil
+	}
+	return k.All(), nil
+}
+
+// verify checks the callback's signature against each key; a mismatch
+// under all of them is ErrMismatch, else the first key's verdict stands.
+func (h PayoutWebhooks) verify(keys [][]byte, r *Request) error {
+	var first error
+	for _, k := range keys {
+		err := signature.Verify(k, r.Header(signature.Header), r.Body, h.Clock.Now(), signature.DefaultTolerance)
+		if !errors.Is(err, signature.ErrMismatch) {
+			return err // authentic (nil), stale, or malformed
+		}
+		first = cmp.Or(first, err)
+	}
+	return first
+}
+
+func sameKeys(a, b [][]byte) bool {
+	return slices.EqualFunc(a, b, bytes.Equal)
 }

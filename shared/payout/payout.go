@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -35,6 +36,11 @@ type Config struct {
 	URL string
 	// Secret signs every body (PAYOUT_SIGNING_SECRET).
 	Secret []byte
+	// Keys, if set, replaces Secret (PAYOUT_SIGNING_SECRET_ID): each call is
+	// signed with its current key, and a call the provider refuses with 401
+	// or 403 is sent once more, with the same idempotency key, if the secret
+	// read again holds another key (a rotation).
+	Keys secrets.Source
 	// Timeout bounds one call; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
@@ -61,6 +67,7 @@ func New(cfg Config) (*Client, error) {
 		Party:          "provider",
 		URL:            cfg.URL,
 		Secret:         cfg.Secret,
+		Keys:           cfg.Keys,
 		Timeout:        cfg.Timeout,
 		DefaultTimeout: DefaultTimeout,
 		HTTPClient:     cfg.HTTPClient,
@@ -133,6 +140,11 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 		return "", &Error{Permanent: true, Msg: fmt.Sprintf("encode %s: %v", w.ID, err)}
 	}
 	resp, err := c.endpoint.Post(ctx, body, w.ID)
+	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
+		// A 401 or 403 means the provider did not act on the request, so
+		// sending it again under the same key cannot pay twice.
+		resp, err = c.endpoint.Post(ctx, body, w.ID)
+	}
 	if err != nil {
 		// Only a request that never reached the provider in full surely did
 		// not pay; one written in full and not answered may have.
@@ -194,6 +206,9 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)
 	}
 	resp, err := c.endpoint.Get(ctx, w.ID)
+	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
+		resp, err = c.endpoint.Get(ctx, w.ID)
+	}
 	if err != nil {
 		return withdrawal.Lookup{}, &Error{Msg: "look up payout: " + err.Error(), Err: err}
 	}
@@ -234,6 +249,9 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 	}
 	return lk, nil
 }
+
+// refused reports whether an answer refused our credentials or signature.
+func refused(code int) bool { return code == http.StatusUnauthorized || code == http.StatusForbidden }
 
 func statusLine(code int) string {
 	if text := http.StatusText(code); text != "" {

@@ -86,7 +86,8 @@ type Config struct {
 	// time of handing over (used to measure scheduling lag).
 	OnClaim func(jobs []delayq.Job, at time.Time)
 	// Metrics, if set, receives what the poller did (Claimed, Refused,
-	// Reaped, DispatchLagMs) every MetricsEvery and when Run returns.
+	// Reaped, PollerFailures, DispatchLagMs) every MetricsEvery and when Run
+	// returns.
 	Metrics      *metrics.Emitter
 	MetricsEvery time.Duration
 }
@@ -128,7 +129,8 @@ func (p *Poller) Notify(due time.Time) {
 	}
 }
 
-// Totals count what a poller did.
+// Totals count what a poller did. Failures counts the rounds that failed:
+// Redis refused or did not answer, or the dispatcher reported an error.
 type Totals struct {
 	Rounds   int `json:"rounds"`
 	Claimed  int `json:"claimed"`
@@ -153,33 +155,54 @@ type RoundResult struct {
 	More bool
 	// Next is the earliest due time still waiting; zero if none.
 	Next time.Time
+	// DispatchErr is the last error a dispatcher reported in the round, if
+	// any. The jobs it refused were re-scheduled, so nothing was lost, but
+	// the round counts as failed: a work queue refusing jobs must alert.
+	DispatchErr error
 }
 
 // Run polls until ctx is done or until is reached (zero: no limit). A round
 // under way when ctx is cancelled is finished, so what it claimed is handed
 // over and acked before Run returns.
 func (p *Poller) Run(ctx context.Context, until time.Time) Totals {
-	var tot, unreported Totals
+	tot, _ := p.run(ctx, until)
+	return tot
+}
+
+// run is Run that also returns the last failed round's error.
+func (p *Poller) run(ctx context.Context, until time.Time) (Totals, error) {
+	var (
+		tot, unreported Totals
+		last            error
+	)
 	flushed := p.cfg.Clock.Now()
 	defer func() { p.report(unreported) }()
 	for {
 		now := p.cfg.Clock.Now()
 		if ctx.Err() != nil || (!until.IsZero() && !now.Before(until)) {
-			return tot
+			return tot, last
 		}
 		if now.Sub(flushed) >= p.cfg.MetricsEvery {
 			p.report(unreported)
 			unreported, flushed = Totals{}, now
 		}
 		p.runTasks(ctx, now)
-		r, err := p.Round(context.WithoutCancel(ctx))
+		r, err := p.round(context.WithoutCancel(ctx), until)
 		tot.add(r)
 		unreported.add(r)
+		if err == nil {
+			err = r.DispatchErr // logged where it happened
+		} else {
+			p.cfg.Logger.Error("poll round failed", "error", err.Error())
+		}
 		wake := now.Add(p.cfg.Interval)
 		switch {
 		case err != nil:
+			// Counted, then polling goes on: a blip must not leave the
+			// queue unwatched until the next invocation.
 			tot.Failures++
-			p.cfg.Logger.Error("poll round failed", "error", err.Error())
+			unreported.Failures++
+			last = err
 		case r.More:
 			continue
 		case !r.Next.IsZero() && r.Next.Before(wake):
@@ -198,6 +221,7 @@ func (p *Poller) report(t Totals) {
 		metrics.Of(metrics.Claimed, metrics.Count, float64(t.Claimed)),
 		metrics.Of(metrics.Refused, metrics.Count, float64(t.Refused)),
 		metrics.Of(metrics.Reaped, metrics.Count, float64(t.Reaped)),
+		metrics.Of(metrics.PollerFailures, metrics.Count, float64(t.Failures)),
 		metrics.Value{Name: metrics.DispatchLagMs, Unit: metrics.Milliseconds, Values: p.lag.Take()},
 	)
 }
@@ -235,7 +259,12 @@ func (p *Poller) runTasks(ctx context.Context, now time.Time) {
 }
 
 // Round claims, dispatches and acks one batch from every shard of every queue.
-func (p *Poller) Round(ctx context.Context) (RoundResult, error) {
+// Its error means Redis failed it; a dispatcher's error is in DispatchErr.
+func (p *Poller) Round(ctx context.Context) (RoundResult, error) { return p.round(ctx, time.Time{}) }
+
+// round is Round whose dispatches end by until (if not zero), so that a hung
+// work queue cannot keep the poller past its invocation's margin.
+func (p *Poller) round(ctx context.Context, until time.Time) (RoundResult, error) {
 	queues, err := p.cfg.Queues(ctx)
 	if err != nil {
 		return RoundResult{}, fmt.Errorf("poller: list queues: %w", err)
@@ -251,13 +280,14 @@ func (p *Poller) Round(ctx context.Context) (RoundResult, error) {
 	for _, q := range queues {
 		for n := range q.Shards() {
 			g.Go(func() error {
-				r, err := p.shard(ctx, q, n)
+				r, err := p.shard(ctx, q, n, until)
 				mu.Lock()
 				defer mu.Unlock()
 				res.Claimed += r.Claimed
 				res.Refused += r.Refused
 				res.Reaped += r.Reaped
 				res.More = res.More || r.More
+				res.DispatchErr = cmp.Or(r.DispatchErr, res.DispatchErr)
 				if !r.Next.IsZero() && (res.Next.IsZero() || r.Next.Before(res.Next)) {
 					res.Next = r.Next
 				}
@@ -274,7 +304,7 @@ func (p *Poller) Round(ctx context.Context) (RoundResult, error) {
 const ChainedBatches = 8
 
 // shard claims due jobs of shard n, hands them over and acks them.
-func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult, error) {
+func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int, until time.Time) (RoundResult, error) {
 	var (
 		r       RoundResult
 		retryAt time.Time // earliest re-schedule of a refused job
@@ -299,8 +329,9 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 		if len(c.Jobs) == 0 {
 			return done(nil)
 		}
-		accepted, refused, refusedAt, err := p.handOver(ctx, q, n, c)
+		accepted, refused, refusedAt, derr, err := p.handOver(ctx, q, n, c, until)
 		r.Refused += refused
+		r.DispatchErr = cmp.Or(derr, r.DispatchErr)
 		if !refusedAt.IsZero() && retryAt.IsZero() {
 			retryAt = refusedAt
 		}
@@ -310,7 +341,9 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 		// Every job handed over (the common case): the whole lease is acked
 		// by its token, one command whatever the batch size.
 		whole := refused == 0
-		if !r.More || i == ChainedBatches {
+		// After a dispatch error the shard stops for this round: the next
+		// batch would most likely fail the same way.
+		if !r.More || i == ChainedBatches || derr != nil {
 			// The round's last batch is acked alone. Should an ack fail, the
 			// lease expires and the jobs are sent again, which the consumer
 			// tolerates (it is idempotent); nothing is lost.
@@ -328,9 +361,11 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int) (RoundResult
 // handOver dispatches a claim's jobs and schedules the refused ones again
 // after RetryDelay (a job we fail to re-schedule keeps its lease and comes
 // back when it expires). It returns the number refused, when those are due
-// again and, only if some were refused (otherwise the whole lease is acked),
-// the ids handed over.
-func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.Claim) ([]string, int, time.Time, error) {
+// again, the dispatcher's error (nil when the dispatch was only cut short by
+// until: the jobs wait for the next invocation, nothing failed) and, only if
+// some were refused (otherwise the whole lease is acked), the ids handed
+// over. The dispatch ends by until, if not zero.
+func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.Claim, until time.Time) ([]string, int, time.Time, error, error) {
 	handed := p.cfg.Clock.Now()
 	if p.cfg.OnClaim != nil {
 		p.cfg.OnClaim(c.Jobs, handed)
@@ -340,19 +375,32 @@ func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.
 			p.lag.Add(float64(handed.UnixMilli() - j.Due))
 		}
 	}
-	refused, derr := p.cfg.Dispatcher.Dispatch(ctx, c.Jobs)
-	if derr != nil {
+	dctx := ctx
+	if !until.IsZero() {
+		// Measured on the poller's clock, which set until.
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, until.Sub(handed))
+		defer cancel()
+	}
+	refused, derr := p.cfg.Dispatcher.Dispatch(dctx, c.Jobs)
+	switch {
+	case derr != nil && dctx.Err() != nil && ctx.Err() == nil:
+		p.cfg.Logger.Warn("dispatch cut short at the end of polling", "queue", q.Name(), "shard", n,
+			"refused", len(refused), "error", derr.Error())
+		derr = nil
+	case derr != nil:
 		p.cfg.Logger.Error("dispatch failed", "queue", q.Name(), "shard", n, "refused", len(refused), "error", derr.Error())
+		derr = fmt.Errorf("poller: dispatch %s shard %d: %w", q.Name(), n, derr)
 	}
 	if len(refused) == 0 {
-		return nil, 0, time.Time{}, nil
+		return nil, 0, time.Time{}, derr, nil
 	}
 	retryAt := p.cfg.Clock.Now().Add(p.cfg.RetryDelay)
 	skip := make(map[string]bool, len(refused))
 	for _, j := range refused {
 		skip[j.ID] = true
 		if err := q.RetryAt(ctx, n, j.ID, c.Lease, retryAt); err != nil && !errors.Is(err, delayq.ErrLeaseLost) {
-			return nil, len(refused), retryAt, err
+			return nil, len(refused), retryAt, derr, err
 		}
 	}
 	accepted := make([]string, 0, len(c.Jobs)-len(refused))
@@ -361,20 +409,26 @@ func (p *Poller) handOver(ctx context.Context, q *delayq.Queue, n int, c delayq.
 			accepted = append(accepted, j.ID)
 		}
 	}
-	return accepted, len(refused), retryAt, nil
+	return accepted, len(refused), retryAt, derr, nil
 }
 
 // Handler returns the Lambda handler of the scheduled poller: it polls until
-// margin before the invocation's deadline, then reports what it did.
+// margin before the invocation's deadline, then reports what it did. If any
+// round failed the invocation fails, with a summary error, so that Lambda's
+// Errors metric counts it; it still polls until the margin, because a failed
+// round may be a blip and stopping would leave the queue unwatched.
 func (p *Poller) Handler(margin time.Duration) func(ctx context.Context, ev events.EventBridgeEvent) (Totals, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (Totals, error) {
 		until := p.cfg.Clock.Now().Add(time.Minute)
 		if d, ok := ctx.Deadline(); ok {
 			until = d.Add(-margin)
 		}
-		tot := p.Run(ctx, until)
+		tot, last := p.run(ctx, until)
 		p.cfg.Logger.Info("poller invocation done", "event_id", ev.ID, "rounds", tot.Rounds,
 			"claimed", tot.Claimed, "refused", tot.Refused, "reaped", tot.Reaped, "failures", tot.Failures)
+		if tot.Failures > 0 {
+			return tot, fmt.Errorf("poller: %d of %d rounds failed, the last: %w", tot.Failures, tot.Rounds, last)
+		}
 		return tot, nil
 	}
 }

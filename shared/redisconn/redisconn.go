@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/shared/secrets"
 )
 
 // Defaults, used where neither Options nor the URL say otherwise.
@@ -66,6 +68,11 @@ type Options struct {
 	// Password, if set, replaces the URL's (an ElastiCache AUTH token read
 	// from Secrets Manager, so it never sits in the environment).
 	Password string
+	// Secret, if set, replaces both: every new connection authenticates
+	// with its current key, and a command Redis refuses for its AUTH
+	// (WRONGPASS, NOAUTH: the token was rotated) is sent once more after
+	// Secret.Refresh, so a rotation fails no command.
+	Secret secrets.Source
 }
 
 // New returns a client for rawURL: a *redis.ClusterClient in cluster mode,
@@ -95,7 +102,14 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		co.DialerRetries = pick(co.DialerRetries, 1)
 		co.ContextTimeoutEnabled = true
 		co.Protocol = pick(co.Protocol, protocol)
-		return redis.NewClusterClient(co), nil
+		if opts.Secret != nil {
+			co.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
+		}
+		c := redis.NewClusterClient(co)
+		if opts.Secret != nil {
+			c.AddHook(reauth{opts.Secret})
+		}
+		return c, nil
 	}
 	o, err := redis.ParseURL(cfg.redacted)
 	if err != nil {
@@ -112,7 +126,14 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 	// Context deadlines (the Lambda's, Ping's) then bound socket I/O too.
 	o.ContextTimeoutEnabled = true
 	o.Protocol = pick(o.Protocol, protocol)
-	return redis.NewClient(o), nil
+	if opts.Secret != nil {
+		o.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
+	}
+	c := redis.NewClient(o)
+	if opts.Secret != nil {
+		c.AddHook(reauth{opts.Secret})
+	}
+	return c, nil
 }
 
 // Ping checks that Redis answers, within PingTimeout.
@@ -266,4 +287,64 @@ func pick[T comparable](vs ...T) T {
 		}
 	}
 	return zero
+}
+
+// credentials asks src for the password of each new connection.
+func credentials(user string, src secrets.Source) func(ctx context.Context) (string, string, error) {
+	return func(ctx context.Context) (string, string, error) {
+		k, err := src.Keys(ctx)
+		if err != nil {
+			return "", "", fmt.Errorf("redisconn: AUTH token: %w", err)
+		}
+		return user, k.Current, nil
+	}
+}
+
+// reauth sends a command (or pipeline) once more when Redis refused it for
+// its authentication, after the secret was read again. That is safe: a
+// command refused with WRONGPASS (the connection's AUTH failed) or NOAUTH
+// was not run. A rotation closes connections on the old token (ElastiCache's
+// SET strategy; CLIENT KILL in the tests); the new connections then ask for
+// the password, and the refused one is what makes it re-read.
+type reauth struct{ src secrets.Source }
+
+func (reauth) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reauth) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if !redis.IsAuthError(err) || h.refresh(ctx) != nil {
+			return err
+		}
+		cmd.SetErr(nil)
+		return next(ctx, cmd)
+	}
+}
+
+func (h reauth) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if redis.IsAuthError(err) && h.refresh(ctx) == nil {
+			for _, c := range cmds {
+				c.SetErr(nil)
+			}
+			err = next(ctx, cmds)
+		}
+		if redis.IsAuthError(err) {
+			// A connection that failed its AUTH leaves the commands without
+			// an error of their own; callers that read each command's
+			// result would take that for an empty reply.
+			for _, c := range cmds {
+				if c.Err() == nil {
+					c.SetErr(err)
+				}
+			}
+		}
+		return err
+	}
+}
+
+func (h reauth) refresh(ctx context.Context) error {
+	_, err := h.src.Refresh(ctx)
+	return err
 }

@@ -21,6 +21,7 @@ import (
 	"unicode"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signature"
 )
 
@@ -35,8 +36,11 @@ type Options struct {
 	Name, Party string
 	// URL receives the POSTs: http or https, with a host.
 	URL string
-	// Secret signs every body; it must not be empty.
+	// Secret signs every body; it must not be empty unless Keys is set.
 	Secret []byte
+	// Keys, if set, replaces Secret: each request is signed with its current
+	// key, read when the request is made, so a rotated key is picked up.
+	Keys secrets.Source
 	// Timeout bounds one POST; 0 means DefaultTimeout, which must then be
 	// positive.
 	Timeout, DefaultTimeout time.Duration
@@ -55,6 +59,7 @@ type Endpoint struct {
 	url       string
 	where     string
 	secret    []byte
+	keys      secrets.Source
 	timeout   time.Duration
 	client    *http.Client
 	clock     clock.Clock
@@ -71,7 +76,7 @@ func New(o Options) (*Endpoint, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return nil, fmt.Errorf("%s: %s url %q is not an absolute http(s) url with a host", o.Name, o.Party, redact(u))
 	}
-	if len(o.Secret) == 0 {
+	if st, ok := o.Keys.(secrets.Static); (ok && st.Current == "") || (len(o.Secret) == 0 && o.Keys == nil) {
 		return nil, fmt.Errorf("%s: %s needs a signing secret", o.Name, o.Party)
 	}
 	if o.Timeout < 0 {
@@ -96,6 +101,7 @@ func New(o Options) (*Endpoint, error) {
 		url:       u.String(),
 		where:     redact(u),
 		secret:    bytes.Clone(o.Secret),
+		keys:      o.Keys,
 		timeout:   o.Timeout,
 		client:    client,
 		clock:     o.Clock,
@@ -118,6 +124,7 @@ type Response struct {
 	BodyErr error
 
 	secrets []string // what Text hides
+	key     string   // that signed the request
 }
 
 // Redirect is the Location of a 3xx answer (untrusted text), or "".
@@ -206,7 +213,18 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 	// Whether and when to send again is the caller's decision; without
 	// GetBody the transport cannot resend.
 	req.GetBody = nil
-	sig := signature.Sign(e.secret, e.clock.Now(), signed)
+	secret := e.secret
+	if e.keys != nil {
+		k, err := e.keys.Keys(ctx)
+		if err != nil {
+			return Response{}, &PostError{Where: e.where, Err: err}
+		}
+		if k.Current == "" {
+			return Response{}, &PostError{Where: e.where, Err: errors.New("the signing secret is empty")}
+		}
+		secret = []byte(k.Current)
+	}
+	sig := signature.Sign(secret, e.clock.Now(), signed)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -233,7 +251,7 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 	got, readErr := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 	drain(resp.Body)
 
-	secrets := []string{sig, string(e.secret)}
+	secrets := []string{sig, string(secret)}
 	if _, mac, ok := strings.Cut(sig, "v1="); ok && mac != "" {
 		secrets = append(secrets, mac)
 	}
@@ -244,7 +262,20 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 		Body:       got,
 		BodyErr:    readErr,
 		secrets:    secrets,
+		key:        string(secret),
 	}, nil
+}
+
+// Rekeyed is called when the server refused r's signature (401, 403): it
+// reads the signing secret again (Keys.Refresh) and reports whether its key
+// now differs from the one that signed r, so that sending the request once
+// more, signed anew, may succeed. A fixed Secret never changes.
+func (e *Endpoint) Rekeyed(ctx context.Context, r Response) bool {
+	if e.keys == nil {
+		return false
+	}
+	k, err := e.keys.Refresh(ctx)
+	return err == nil && k.Current != "" && k.Current != r.key
 }
 
 // drain reads what is left of a body, within bounds, so the connection can be

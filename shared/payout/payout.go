@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -132,7 +133,7 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	if err != nil {
 		return "", &Error{Permanent: true, Msg: fmt.Sprintf("encode %s: %v", w.ID, err)}
 	}
-	resp, err := c.endpoint.Post(ctx, body, w.ID)
+	resp, err := c.endpoint.Post(correlation.With(ctx, w.RequestID), body, w.ID)
 	if err != nil {
 		// Only a request that never reached the provider in full surely did
 		// not pay; one written in full and not answered may have.
@@ -193,7 +194,7 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 	if !validKey(w.ID) {
 		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)
 	}
-	resp, err := c.endpoint.Get(ctx, w.ID)
+	resp, err := c.endpoint.Get(correlation.With(ctx, w.RequestID), w.ID)
 	if err != nil {
 		return withdrawal.Lookup{}, &Error{Msg: "look up payout: " + err.Error(), Err: err}
 	}

@@ -314,12 +314,12 @@ func (rt *Router) problem(ctx context.Context, err error) *Problem {
 		}
 	}
 	if Unavailable(err) {
-		rt.log.WarnContext(ctx, "dependency unavailable", "error", err.Error())
+		correlation.Logger(rt.log, correlation.ID(ctx)).WarnContext(ctx, "dependency unavailable", "error", err.Error())
 		p := NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "a dependency is unavailable; retry shortly")
 		p.RetryAfter = 1
 		return p
 	}
-	rt.log.ErrorContext(ctx, "internal error", "error", err.Error())
+	correlation.Logger(rt.log, correlation.ID(ctx)).ErrorContext(ctx, "internal error", "error", err.Error())
 	return NewProblem(http.StatusInternalServerError, CodeInternal, "an internal error occurred")
 }
 

@@ -68,12 +68,14 @@ func payoutsUnresolvedCmd() *cobra.Command {
 				// remembers keys: it is never sent again blind.
 				PastWindow bool   `json:"past_idempotency_window"`
 				LastError  string `json:"last_error"`
+				// RequestID is the create's request id: search the logs by it.
+				RequestID string `json:"request_id,omitempty"`
 			}
 			now := time.Now()
 			rows := make([]row, 0, len(ws))
 			for _, w := range ws {
 				r := row{ID: w.ID, Status: string(w.Status), MayHavePaid: w.MaybePaid, Attempts: w.Attempts,
-					NextAt: clock.Format(w.DueAt), LastError: w.LastError}
+					NextAt: clock.Format(w.DueAt), LastError: w.LastError, RequestID: w.RequestID}
 				if !w.FirstSentAt.IsZero() {
 					r.FirstSentAt = clock.Format(w.FirstSentAt)
 					r.PastWindow = now.Sub(w.FirstSentAt) > a.Config.PayoutIdempotencyWindow

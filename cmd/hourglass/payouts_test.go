@@ -51,6 +51,7 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 			MayHavePaid bool   `json:"may_have_paid"`
 			Attempts    int    `json:"attempts"`
 			PastWindow  bool   `json:"past_idempotency_window"`
+			RequestID   string `json:"request_id"`
 		} `json:"withdrawals"`
 	}
 	var list unresolved
@@ -61,6 +62,9 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 	// Between two lookups it is retrying; during one, processing.
 	if w := list.Withdrawals[0]; w.ID != id || !w.MayHavePaid || (w.Status != "retrying" && w.Status != "processing") {
 		t.Fatalf("unresolved: %+v", list)
+	}
+	if list.Withdrawals[0].RequestID == "" {
+		t.Errorf("unresolved: no request id to search the logs by: %+v", list)
 	}
 	// It shows the user processing, and is not cancellable.
 	if w := s.do("GET", "/v1/withdrawals/"+id, "alice", nil, ""); w.body["status"] != "processing" {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/dispatch"
 	"github.com/hourglass/hourglass/shared/metrics"
@@ -90,7 +91,12 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage, lag *metrics.Sam
 		log.Error("no handler for job kind")
 		return fmt.Errorf("consumer: unknown job kind %q", job.Kind)
 	}
-	if err := run(ctx, job); err != nil {
+	// The job names its record only; the job's function reads the record
+	// and records the create's request id in ctx for these lines too.
+	ctx = correlation.Track(ctx)
+	err = run(ctx, job)
+	log = correlation.Logger(log, correlation.ID(ctx))
+	if err != nil {
 		log.Error("job failed, delivering again later", "error", err.Error())
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/validation"
 )
 
@@ -135,6 +136,9 @@ func (rt *Router) Serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) 
 		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
 		defer cancel()
 	}
+	// A create stores the id with its record: every later step about that
+	// withdrawal or order logs it (see package correlation).
+	ctx = correlation.With(ctx, ev.RequestContext.RequestID)
 	resp, pattern := rt.serve(ctx, &ev)
 	if resp.Headers == nil {
 		resp.Headers = map[string]string{}
@@ -310,12 +314,12 @@ func (rt *Router) problem(ctx context.Context, err error) *Problem {
 		}
 	}
 	if Unavailable(err) {
-		rt.log.WarnContext(ctx, "dependency unavailable", "error", err.Error())
+		correlation.Logger(rt.log, correlation.ID(ctx)).WarnContext(ctx, "dependency unavailable", "error", err.Error())
 		p := NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "a dependency is unavailable; retry shortly")
 		p.RetryAfter = 1
 		return p
 	}
-	rt.log.ErrorContext(ctx, "internal error", "error", err.Error())
+	correlation.Logger(rt.log, correlation.ID(ctx)).ErrorContext(ctx, "internal error", "error", err.Error())
 	return NewProblem(http.StatusInternalServerError, CodeInternal, "an internal error occurred")
 }
 

@@ -168,6 +168,9 @@ func encodeWithdrawal(w withdrawal.Withdrawal) item {
 	if k := stateKey(w); k != "" {
 		it["state_key"] = s(k)
 	}
+	if w.RequestID != "" {
+		it["request_id"] = s(w.RequestID)
+	}
 	return it
 }
 
@@ -183,7 +186,7 @@ func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 		Attempts: int(it.num("attempts")), LastError: it.str("last_error"), PayoutID: it.str("payout_id"),
 		ProcessedAt: it.time("processed_at"), ProcessingUntil: it.time("until"), Told: withdrawal.Status(it.str("told")),
 		MaybePaid: it.boolean("maybe_paid"), FirstSentAt: it.time("first_sent"), Attempt: it.str("aid"), Op: it.str("op"),
-		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"),
+		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"), RequestID: it.str("request_id"),
 	}, nil
 }
 

@@ -154,6 +154,9 @@ func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdra
 		"updated", w.UpdatedAt.UnixMilli(),
 		"attempts", w.Attempts,
 	}
+	if w.RequestID != "" {
+		args = append(args, "request_id", w.RequestID)
+	}
 	code, err := createScript.Run(ctx, l.rdb, []string{
 		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemKey(k, key.UserID, key.Key), openKey(k),
 	}, args...).Int()
@@ -507,6 +510,7 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 		Attempt:     f["aid"],
 		Op:          f["op"],
 		ResolvedBy:  f["resolved_by"],
+		RequestID:   f["request_id"],
 	}
 	var err error
 	if w.Amount, err = decimal.NewFromString(f["amount"]); err != nil {

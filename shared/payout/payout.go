@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -139,6 +140,7 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	if err != nil {
 		return "", &Error{Permanent: true, Msg: fmt.Sprintf("encode %s: %v", w.ID, err)}
 	}
+	ctx = correlation.With(ctx, w.RequestID)
 	resp, err := c.endpoint.Post(ctx, body, w.ID)
 	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
 		// A 401 or 403 means the provider did not act on the request, so
@@ -205,6 +207,7 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 	if !validKey(w.ID) {
 		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)
 	}
+	ctx = correlation.With(ctx, w.RequestID)
 	resp, err := c.endpoint.Get(ctx, w.ID)
 	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
 		resp, err = c.endpoint.Get(ctx, w.ID)

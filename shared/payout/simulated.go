@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -31,7 +32,7 @@ func (s *Simulated) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, e
 		log = slog.Default()
 	}
 	// Not the destination: logs carry no bank data.
-	log.InfoContext(ctx, "simulated payout",
+	correlation.Logger(log, w.RequestID).InfoContext(ctx, "simulated payout",
 		"withdrawal_id", w.ID,
 		"amount", withdrawal.FormatAmount(w.Amount, w.Currency),
 		"currency", w.Currency)

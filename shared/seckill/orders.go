@@ -74,9 +74,10 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 		return err // to the dead-letter queue, where an operator sees it
 	}
 	pid := job.pid
+	log := p.log.With("item_id", item, "purchase_id", pid, "order_id", OrderID(pid))
 	pur, err := p.store.purchase(ctx, item, shard, job)
 	if errors.Is(err, ErrNoPurchase) {
-		p.log.Warn("order job for a purchase that no longer exists (item preheated again)", "item_id", item, "purchase_id", pid)
+		log.Warn("order job for a purchase that no longer exists (item preheated again)")
 		return nil
 	}
 	if err != nil {
@@ -99,15 +100,16 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 		}
 		if done {
 			p.Metrics.Count(metrics.OrdersConfirmed, 1, nil)
+			log.Info("order made", "quantity", pur.Quantity)
 		}
 		return nil
 	case errors.Is(err, ErrOrderVoided):
-		p.log.Warn("order given up on before it was made; finishing the release", "item_id", item, "purchase_id", pid)
+		log.Warn("order given up on before it was made; finishing the release")
 		_, done, err := p.store.release(ctx, pur, now)
 		p.count(Released, done)
 		return err
 	case errors.Is(err, ErrPermanent):
-		p.log.Error("order cannot be made; releasing the purchase", "item_id", item, "purchase_id", pid, "error", err.Error())
+		log.Error("order cannot be made; releasing the purchase", "error", err.Error())
 		status, done, err := p.store.giveUp(ctx, p.ledger, pur, now)
 		p.count(status, done)
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
@@ -330,7 +331,7 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 			a.pid = NewPurchaseID(now)
 			continue
 		case codeAdmitted:
-			return s.admitted(a, a.home), nil
+			return s.admitted(ctx, a, a.home), nil
 		case codeHold:
 			return s.borrow(ctx, a, res.extra == 0)
 		}
@@ -339,7 +340,12 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 	return Purchase{}, errors.New("seckill: the item keeps being preheated again")
 }
 
-func (s *Service) admitted(a attempt, shard int) Purchase {
+func (s *Service) admitted(ctx context.Context, a attempt, shard int) Purchase {
+	// The one line that ties the purchase request's id to the purchase and
+	// order ids every later step logs (one per admitted purchase: bounded by
+	// the stock, not by the crowd).
+	correlation.Logger(s.cfg.Logger, correlation.ID(ctx)).Info("purchase admitted",
+		"item_id", a.item, "purchase_id", a.pid, "order_id", OrderID(a.pid), "quantity", a.qty, "shard", shard)
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(a.now)
 	}
@@ -432,7 +438,7 @@ func (s *Service) borrow(ctx context.Context, a attempt, homeEmpty bool) (Purcha
 			if err := s.cfg.Store.settle(ctx, a, n); err != nil {
 				s.cfg.Logger.Warn("hold not settled; compensation will", "item_id", a.item, "purchase_id", a.pid, "error", err.Error())
 			}
-			return s.admitted(a, n), nil
+			return s.admitted(ctx, a, n), nil
 		case codeBacklogFull:
 			backlogged = true
 			continue

@@ -21,6 +21,7 @@ import (
 	"unicode"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signature"
 )
@@ -232,6 +233,10 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
 	req.Header.Set(signature.Header, sig)
+	if id := correlation.ID(ctx); id != "" {
+		// The create's request id: the receiver's logs can name it too.
+		req.Header.Set(correlation.Header, id)
+	}
 	if e.userAgent != "" {
 		req.Header.Set("User-Agent", e.userAgent)
 	}

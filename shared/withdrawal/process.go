@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/metrics"
 )
 
@@ -152,7 +153,10 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 	if err != nil {
 		return err
 	}
-	log := p.cfg.Logger.With("withdrawal_id", w.ID)
+	// From here on every line, and the provider and finance calls, carry the
+	// create's request id; the consumer's own lines about the job too.
+	ctx = correlation.With(ctx, w.RequestID)
+	log := correlation.Logger(p.cfg.Logger, w.RequestID).With("withdrawal_id", w.ID)
 	switch start {
 	case StartBusy:
 		log.Info("payout in progress elsewhere; job due again at its deadline",
@@ -162,7 +166,7 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 		log.Info("early payout job put back at its due time", "status", w.Status, "due_at", clock.Format(w.DueAt))
 		return nil
 	case StartFinal:
-		return p.notify(ctx, w)
+		return p.notify(ctx, w, log)
 	}
 	w, err = p.attempt(ctx, w, attempt, log.With("attempt", attempt))
 	if errors.Is(err, ErrStale) {
@@ -170,7 +174,7 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 		// callback settled the withdrawal meanwhile: the record says where
 		// things stand, and a final one may still need finance told.
 		log.Warn("payout attempt superseded", "attempt", attempt, "status", w.Status)
-		return p.notify(ctx, w)
+		return p.notify(ctx, w, log)
 	}
 	if err != nil {
 		return err
@@ -183,7 +187,7 @@ func (p *Processor) Process(ctx context.Context, ref Ref) error {
 	case Retrying:
 		p.cfg.Metrics.Count(metrics.PayoutRetries, 1, nil)
 	}
-	return p.notify(ctx, w)
+	return p.notify(ctx, w, log)
 }
 
 func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
@@ -275,7 +279,7 @@ func (p *Processor) retry(ctx context.Context, w Withdrawal, attempt string, now
 
 // notify tells finance of a paid, failed or returned withdrawal once it is
 // (at least once: a crash between the two steps tells it again).
-func (p *Processor) notify(ctx context.Context, w Withdrawal) error {
+func (p *Processor) notify(ctx context.Context, w Withdrawal, log *slog.Logger) error {
 	if !w.Untold() {
 		return nil
 	}
@@ -285,7 +289,7 @@ func (p *Processor) notify(ctx context.Context, w Withdrawal) error {
 	if err := p.cfg.Ledger.MarkNotified(ctx, w.Ref(), w.Status); err != nil {
 		return err
 	}
-	p.cfg.Logger.Info("payout processed", "withdrawal_id", w.ID, "status", w.Status, "attempts", w.Attempts)
+	log.Info("payout processed", "status", w.Status, "attempts", w.Attempts)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
 )
@@ -147,6 +148,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		DueAt:       req.DueAt,
 		CreatedAt:   now,
 		UpdatedAt:   now,
+		RequestID:   correlation.ID(ctx),
 	}
 	if st.ID != candidate {
 		// We took over the reservation of a request that died. A ledger that
@@ -178,6 +180,8 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		_ = s.cfg.Ledger.Release(rctx, key, w.ID)
 		return Created{}, err
 	}
+	correlation.Logger(s.cfg.Logger, w.RequestID).Info("withdrawal scheduled",
+		"withdrawal_id", w.ID, "due_at", clock.Format(w.DueAt))
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(w.DueAt)
 	}

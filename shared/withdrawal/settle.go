@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
 )
@@ -55,7 +56,7 @@ func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
 	if err != nil {
 		return Settled{}, err
 	}
-	log := s.cfg.Logger.With("withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status, "status", w.Status)
+	log := correlation.Logger(s.cfg.Logger, w.RequestID).With("withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status, "status", w.Status)
 	s.cfg.Metrics.Count(metrics.PayoutCallbacks, 1, map[string]string{"Result": applied.String()})
 	switch applied {
 	case Changed:
@@ -153,7 +154,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 	if err != nil {
 		return w, err
 	}
-	s.cfg.Logger.Warn("withdrawal resolved by an operator", "withdrawal_id", id, "status", w.Status, "by", r.By)
+	correlation.Logger(s.cfg.Logger, w.RequestID).Warn("withdrawal resolved by an operator", "withdrawal_id", id, "status", w.Status, "by", r.By)
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(r.At)
 	}

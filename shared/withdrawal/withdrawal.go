@@ -99,6 +99,10 @@ type Withdrawal struct {
 	// hand (hourglass payouts resolve), and when.
 	ResolvedBy string
 	ResolvedAt time.Time
+	// RequestID is the request id of the create (API Gateway's), the
+	// correlation id every log line and message about the withdrawal
+	// carries; empty on records written before it was kept.
+	RequestID string
 }
 
 // Cancellable reports whether w may still be cancelled: it is scheduled or
@@ -179,6 +183,9 @@ type Processed struct {
 	PayoutID     string `json:"payout_id"`
 	Attempts     int    `json:"attempts"`
 	ProcessedAt  string `json:"processed_at"`
+	// RequestID is the request id of the create (absent for withdrawals
+	// created before it was kept): the id to search the logs by.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ProcessedType is the Type of every Processed message.
@@ -198,6 +205,7 @@ func (w Withdrawal) Processed() Processed {
 		PayoutID:     w.PayoutID,
 		Attempts:     w.Attempts,
 		ProcessedAt:  clock.Format(w.ProcessedAt),
+		RequestID:    w.RequestID,
 	}
 }
 

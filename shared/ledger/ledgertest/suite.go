@@ -59,6 +59,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"CallbacksNeverMoveBackwards", testCallbacks},
 		{"FinanceIsToldOfEachOutcome", testTold},
 		{"FindAndOutstanding", testFind},
+		{"RequestIDStaysWithTheRecord", testRequestID},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -862,5 +863,59 @@ func testFind(t *testing.T, b Backend) {
 	}
 	if !seen[ws[0].ID] || !seen[ws[1].ID] || !seen[ws[2].ID] || seen[ws[3].ID] {
 		t.Fatalf("outstanding %v: want the three not cancelled", seen)
+	}
+}
+
+// testRequestID: the create's request id (the correlation id of the logs)
+// comes back with every read and every write's answer; a record without one
+// (written before ids were kept) reads back empty.
+func testRequestID(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0)
+	w.RequestID = "req-create-1"
+	Create(t, b.Ledger, w)
+	old := NewWithdrawal(b.Queue, "bob", T0)
+	Create(t, b.Ledger, old)
+
+	check := func(step string, got withdrawal.Withdrawal, want string) {
+		t.Helper()
+		if got.RequestID != want {
+			t.Errorf("%s of %s: request id %q, want %q", step, got.ID, got.RequestID, want)
+		}
+	}
+	for _, c := range []struct {
+		w    withdrawal.Withdrawal
+		want string
+	}{{w, "req-create-1"}, {old, ""}} {
+		got, err := b.Ledger.Get(ctx, c.w.UserID, c.w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("get", got, c.want)
+		if got, err = b.Ledger.Find(ctx, c.w.ID); err != nil {
+			t.Fatal(err)
+		}
+		check("find", got, c.want)
+		list, err := b.Ledger.List(ctx, c.w.UserID, 10, "")
+		if err != nil || len(list) != 1 {
+			t.Fatalf("list: %v %v", list, err)
+		}
+		check("list", list[0], c.want)
+		got, _, attempt := begin(t, b, c.w.Ref(), T0, T0.Add(time.Minute))
+		check("begin", got, c.want)
+		if got, err = b.Ledger.Retry(ctx, c.w.Ref(), attempt, withdrawal.RetryAt{At: T0, Now: T0, LastError: "503"}); err != nil {
+			t.Fatal(err)
+		}
+		check("retry", got, c.want)
+		got, _, attempt = begin(t, b, c.w.Ref(), T0.Add(time.Second), T0.Add(time.Minute))
+		if got, err = b.Ledger.Finish(ctx, c.w.Ref(), attempt, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po", At: T0}); err != nil {
+			t.Fatal(err)
+		}
+		check("finish", got, c.want)
+		got, _, err = b.Ledger.Apply(ctx, c.w.ID, withdrawal.Callback{EventID: "ev-" + c.w.ID, Status: withdrawal.Returned, At: T0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("callback", got, c.want)
 	}
 }

@@ -63,6 +63,9 @@ func start(t *testing.T) *stack {
 		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret")}
 	common := []string{
 		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
+		// The operator role whose session the admin fixtures' IAM context
+		// names (assumed-role/hourglass-operator in 123456789012).
+		"HOURGLASS_ADMIN_ROLE_ARNS=arn:aws:iam::123456789012:role/hourglass-operator",
 		// Hermetic AWS settings: static credentials, no shared files, no
 		// instance metadata; SQS is the fake.
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-secret",

@@ -21,6 +21,10 @@ RIE         := bin/aws-lambda-rie
 FN      ?=
 EVENT   ?=
 TIMEOUT ?= 10
+# The operator role make invoke allows on the admin routes unless your
+# environment sets HOURGLASS_ADMIN_ROLE_ARNS: the role whose session the
+# admin fixtures (events/admin-stats.json, events/seckill-preheat.json) name.
+INVOKE_ADMIN_ROLE ?= arn:aws:iam::123456789012:role/hourglass-operator
 
 # Fuzz targets, as package:Target; make test runs each for FUZZ_SHORT,
 # make fuzz for FUZZTIME. Crashers land in the package's testdata/fuzz/ and
@@ -103,7 +107,8 @@ invoke: rie ## Run one function under the Lambda emulator with your environment:
 	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<function> EVENT=events/<file>.json [TIMEOUT=<seconds>]; functions: $(FUNCTIONS)"; exit 2; }
 	@case " $(FUNCTIONS) " in *" $(FN) "*) ;; *) echo "FN=$(FN): not one of $(FUNCTIONS)"; exit 2;; esac
 	@$(call host_bootstraps,$(FN))
-	@$(GO) run ./internal/rie/invoke -emulator $(RIE) -bootstrap bin/host/$(FN)/bootstrap -name $(FN) -event $(EVENT) -timeout $(TIMEOUT)s
+	@HOURGLASS_ADMIN_ROLE_ARNS="$${HOURGLASS_ADMIN_ROLE_ARNS-$(INVOKE_ADMIN_ROLE)}" \
+	  $(GO) run ./internal/rie/invoke -emulator $(RIE) -bootstrap bin/host/$(FN)/bootstrap -name $(FN) -event $(EVENT) -timeout $(TIMEOUT)s
 
 # host_bootstraps builds the bootstraps of the functions named in $(1) for
 # this machine, with the flags of make build.

@@ -25,6 +25,7 @@ import (
 	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/signature"
+	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 // secretValue is a fresh secret that appears nowhere by chance.
@@ -201,10 +202,17 @@ func TestSecretsNeverLeak(t *testing.T) {
 			t.Errorf("the logs never mention %q: the run missed a failure it should log", want)
 		}
 	}
-	// The refused payout's last_error, as its owner reads it.
-	for _, want := range []string{"400 Bad Request", "you signed [redacted]"} {
-		if !bytes.Contains(answers.Bytes(), []byte(want)) {
-			t.Errorf("no answer mentions %q: the run missed a failure it should show", want)
+	// The refused payout: its owner reads the fixed reason, never the
+	// provider's answer (that is for operators: the logs have it).
+	if !bytes.Contains(answers.Bytes(), []byte(withdrawal.ReasonNotMade)) {
+		t.Errorf("no answer gives the refused payout's reason %q: the run missed a failure it should show", withdrawal.ReasonNotMade)
+	}
+	for _, leak := range []string{"400 Bad Request", "you signed"} {
+		if bytes.Contains(answers.Bytes(), []byte(leak)) {
+			t.Errorf("an answer shows the provider's own words %q", leak)
+		}
+		if !bytes.Contains(logs, []byte(leak)) {
+			t.Errorf("the logs never mention %q: operators lose the provider's answer", leak)
 		}
 	}
 	if prov.paid[paid.body["id"].(string)] != 1 {

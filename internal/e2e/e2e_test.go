@@ -63,6 +63,9 @@ func start(t *testing.T) *stack {
 		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret")}
 	common := []string{
 		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
+		// The operator role whose session the admin fixtures' IAM context
+		// names (assumed-role/hourglass-operator in 123456789012).
+		"HOURGLASS_ADMIN_ROLE_ARNS=arn:aws:iam::123456789012:role/hourglass-operator",
 		// Hermetic AWS settings: static credentials, no shared files, no
 		// instance metadata; SQS is the fake.
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=e2e-secret",
@@ -301,6 +304,33 @@ func TestE2E(t *testing.T) {
 		}
 		if it := stats.Items["phone-2026"]; it.Admitted != 1 || it.Confirmed != 1 {
 			t.Errorf("item stats %+v, want 1 admitted and confirmed", it)
+		}
+		// A signed caller that is not a session of the operator role is
+		// refused by the function itself.
+		other := event(t, "admin-stats.json")
+		other.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/hourglass-deployer/ci"
+		if code := s.api("enqueue", other, nil); code != http.StatusForbidden {
+			t.Errorf("stats by another role: %d, want 403", code)
+		}
+	})
+
+	t.Run("dev auth refused at cold start", func(t *testing.T) {
+		s.t = t
+		fn, err := rie.Start("enqueue-dev", rie.Options{
+			Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
+			Timeout: 10 * time.Second,
+			Env:     []string{"REDIS_URL=redis://127.0.0.1:1", "HOURGLASS_AUTH=dev", "AWS_REGION=us-east-1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(fn.Stop)
+		payload, _ := json.Marshal(event(t, "healthz.json"))
+		if out, err := fn.Invoke(context.Background(), payload); err == nil {
+			t.Fatalf("a Lambda with HOURGLASS_AUTH=dev served %s", out)
+		}
+		if log := fn.Log(); !strings.Contains(log, "HOURGLASS_AUTH") {
+			t.Errorf("the cold start's log does not name HOURGLASS_AUTH:\n%s", tail(log, 2048))
 		}
 	})
 

@@ -402,8 +402,10 @@ func (a *App) WithdrawalAPI() *httpapi.Router {
 func (a *App) SeckillAPI() *httpapi.Router { return a.router(a.seckillRoutes, a.opsRoutes) }
 
 func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
+	roles, _ := httpapi.ParseAdminRoles(a.Config.AdminRoleARNs) // config.Load checked them
 	rt := httpapi.NewRouter(httpapi.Auth{
 		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken), Scope: a.Config.JWTScope,
+		AdminRoles: roles,
 	}, a.Log, requestTimeout)
 	for _, register := range parts {
 		register(rt)
@@ -412,7 +414,7 @@ func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
 }
 
 func (a *App) withdrawalRoutes(rt *httpapi.Router) {
-	httpapi.Withdrawals{Service: a.Service, Limiter: a.Limiter}.Register(rt)
+	httpapi.Withdrawals{Service: a.Service, Limiter: a.Limiter, LimitFailsClosed: a.Config.Ledger == "dynamodb"}.Register(rt)
 }
 
 func (a *App) webhookRoutes(rt *httpapi.Router) {

@@ -111,6 +111,8 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		"FINANCE_WEBHOOK_URL": fin.URL, "FINANCE_SIGNING_SECRET": "fin-secret", "FINANCE_TOPIC_ARN": "",
 		"HOURGLASS_RETRY_BASE": "20ms", "HOURGLASS_RETRY_CAP": "40ms", "HOURGLASS_MAX_ATTEMPTS": "5",
 		"HOURGLASS_ORDER_BACKLOG": "50000",
+		// The operator role whose session events/admin-stats.json names.
+		"HOURGLASS_ADMIN_ROLE_ARNS": "arn:aws:iam::123456789012:role/hourglass-operator",
 	} {
 		t.Setenv(k, v)
 	}

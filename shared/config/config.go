@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/shopspring/decimal"
 
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -141,6 +142,12 @@ type Config struct {
 	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
 	Currencies []string `env:"HOURGLASS_CURRENCIES" envDefault:"CNY,USD,EUR,JPY" envSeparator:","`
 
+	// AdminRoleARNs are the IAM roles (arn:aws:iam::<account>:role/[<path>/]<name>)
+	// whose sessions may call the admin routes in jwt auth mode; the stack
+	// fills it from its adminRoleArns context value. Empty refuses every
+	// admin call.
+	AdminRoleARNs []string `env:"HOURGLASS_ADMIN_ROLE_ARNS" envSeparator:","`
+
 	// JWTScope is the OAuth scope an access token needs for the user routes
 	// in jwt auth mode (the CDK authorizer requires the same).
 	JWTScope string `env:"HOURGLASS_JWT_SCOPE" envDefault:"hourglass/user"`
@@ -232,8 +239,10 @@ const (
 )
 
 // Load reads and checks the configuration. In the Lambda profile the identity
-// defaults to JWT: a function deployed without HOURGLASS_AUTH must not trust
-// X-User-Id headers.
+// is JWT: a function deployed without HOURGLASS_AUTH must not trust X-User-Id
+// headers, and one deployed with HOURGLASS_AUTH=dev fails its cold start
+// (dev auth trusts X-User-Id and opens the admin routes to a token whose
+// default is public).
 func Load(p Profile) (Config, error) {
 	var c Config
 	var problems []problem
@@ -256,6 +265,11 @@ func Load(p Profile) (Config, error) {
 	// Set but empty counts as unset: a Lambda must not fall back to dev auth.
 	if p == Lambda && os.Getenv("HOURGLASS_AUTH") == "" {
 		c.Auth = "jwt"
+	}
+	if p == Lambda && c.Auth == "dev" {
+		failed["HOURGLASS_AUTH"] = true
+		problems = append(problems, problem{"HOURGLASS_AUTH", "dev auth (X-User-Id, X-Admin-Token) is for the local stack only; " +
+			"a Lambda function takes jwt (unset HOURGLASS_AUTH or set it to jwt)"})
 	}
 	if p == Lambda {
 		for _, r := range c.rates() {
@@ -396,6 +410,9 @@ func (c Config) problems() []problem {
 		return r <= ' ' || r >= 0x7f || r == '"' || r == '\\'
 	})) {
 		bad("HOURGLASS_JWT_SCOPE", "must be one OAuth scope (printable, no spaces) in jwt auth mode")
+	}
+	if _, err := httpapi.ParseAdminRoles(c.AdminRoleARNs); err != nil {
+		bad("HOURGLASS_ADMIN_ROLE_ARNS", "%v", err)
 	}
 	for _, u := range []struct{ name, url string }{
 		{"PAYOUT_URL", c.PayoutURL}, {"FINANCE_WEBHOOK_URL", c.FinanceWebhookURL},

@@ -154,7 +154,6 @@ func TestLambdaProfileDefaultsToJWT(t *testing.T) {
 		want    string
 	}{
 		{name: "lambda, unset", profile: config.Lambda, want: "jwt"},
-		{name: "lambda, set to dev", profile: config.Lambda, vars: map[string]string{"HOURGLASS_AUTH": "dev"}, want: "dev"},
 		{name: "lambda, set to jwt", profile: config.Lambda, vars: map[string]string{"HOURGLASS_AUTH": "jwt"}, want: "jwt"},
 		{name: "local, unset", profile: config.Local, want: "dev"},
 		{name: "local, set to jwt", profile: config.Local, vars: map[string]string{"HOURGLASS_AUTH": "jwt"}, want: "jwt"},

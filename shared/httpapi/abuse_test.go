@@ -486,3 +486,46 @@ func TestSameSecret(t *testing.T) {
 		}
 	}
 }
+
+// ---- Problem size ----
+
+// TestManyErrorsAreCapped: a 16 KiB body of nothing but unknown fields gets a
+// problem of a few KiB, its errors list cut at httpapi.MaxProblemErrors and
+// errors_omitted saying how many more there were; nothing is stored.
+func TestManyErrorsAreCapped(t *testing.T) {
+	const listed = 20 // httpapi.MaxProblemErrors, as api/openapi.yaml states it
+	s := newStack(t, redistest.Start(t).URL(), nil)
+	var b strings.Builder
+	b.WriteString(`{"amount":"1.00","currency":"CNY","destination":"bank_1"`)
+	n := 0
+	for ; b.Len() < httpapi.MaxBody-16; n++ {
+		fmt.Fprintf(&b, `,"x%d":0`, n)
+	}
+	b.WriteString("}")
+	resp := s.invoke(t, payload(t, "withdrawal-create", "", key("many-errors"), body(b.String())))
+	if resp.StatusCode != 400 {
+		t.Fatalf("status %d, want 400: %.300s", resp.StatusCode, resp.Body)
+	}
+	if len(resp.Body) > 4<<10 {
+		t.Errorf("problem of %d bytes for %d unknown fields, want at most 4 KiB", len(resp.Body), n)
+	}
+	var p struct {
+		Code    string `json:"code"`
+		Errors  []struct{ Field, Message string }
+		Omitted int `json:"errors_omitted"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
+		t.Fatalf("decode %.300s: %v", resp.Body, err)
+	}
+	if p.Code != "validation_failed" || len(p.Errors) != listed || len(p.Errors)+p.Omitted != n {
+		t.Errorf("code %s, %d errors + %d omitted, want validation_failed, %d + %d", p.Code, len(p.Errors), p.Omitted,
+			listed, n-listed)
+	}
+	loadSpec(t).checkSchema(t, "ValidationProblem", resp.Body)
+	if p.Errors[0].Field != "x0" {
+		t.Errorf("first error %+v, want the first unknown field", p.Errors[0])
+	}
+	if keys, _ := s.rdb.Keys(t.Context(), "*").Result(); len(keys) > 0 {
+		t.Errorf("stored %v", keys)
+	}
+}

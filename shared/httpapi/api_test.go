@@ -115,6 +115,9 @@ func newStack(t *testing.T, redisURL string, vars map[string]string) *stack {
 	}
 	t.Setenv("REDIS_URL", redisURL)
 	t.Setenv("HOURGLASS_AUTH", "jwt")
+	// The operator role of the admin fixtures (their caller is a session of
+	// hourglass-operator in 123456789012); the path is not in a session's ARN.
+	t.Setenv("HOURGLASS_ADMIN_ROLE_ARNS", fixtureAdminRole)
 	for k, v := range vars {
 		t.Setenv(k, v)
 	}

@@ -36,6 +36,7 @@ func fuzzRouter(f *testing.F, m *miniredis.Miniredis, vars map[string]string) *h
 	}
 	f.Setenv("REDIS_URL", "redis://"+m.Addr())
 	f.Setenv("HOURGLASS_AUTH", "jwt")
+	f.Setenv("HOURGLASS_ADMIN_ROLE_ARNS", fixtureAdminRole)
 	f.Setenv("HOURGLASS_RATE_PURCHASE_USER", "1000/s")
 	f.Setenv("HOURGLASS_RATE_PURCHASE_SOURCE", "1000/s")
 	f.Setenv("HOURGLASS_RATE_WITHDRAWAL_USER", "1000/s")

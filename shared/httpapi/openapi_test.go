@@ -316,7 +316,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeIdempotencyConflict, httpapi.CodeIdempotencyInFlight, httpapi.CodeNotCancellable,
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
 		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
-		httpapi.CodeInternal,
+		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable,
 	}
 	slices.Sort(inSpec)
 	slices.Sort(codes)

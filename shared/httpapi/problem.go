@@ -53,12 +53,23 @@ const (
 	CodeInternal             = "internal"
 )
 
+// Stable problem codes of the edge's own refusals.
+const (
+	// CodeAdminNotConfigured (403): no operator role is configured, so
+	// every admin call is refused (HOURGLASS_ADMIN_ROLE_ARNS is empty).
+	CodeAdminNotConfigured = "admin_not_configured"
+	// CodeRateLimitUnavailable (503, Retry-After): the rate limiter cannot
+	// be asked and the route fails closed rather than go on unlimited.
+	CodeRateLimitUnavailable = "rate_limit_unavailable"
+)
+
 var titles = map[string]string{
 	CodeValidationFailed:     "The request is not valid",
 	CodePayloadTooLarge:      "The request body is too large",
 	CodeUnsupportedMediaType: "The request body must be application/json",
 	CodeUnauthenticated:      "Authentication is required",
 	CodeForbidden:            "Not allowed",
+	CodeAdminNotConfigured:   "No operator role is configured",
 	CodeNotFound:             "Not found",
 	CodeMethodNotAllowed:     "Method not allowed",
 	CodeIdempotencyConflict:  "Idempotency key reused with another request",
@@ -72,6 +83,7 @@ var titles = map[string]string{
 	CodeOrdersPending:        "Admitted purchases still wait for their orders",
 	CodeRateLimited:          "Too many requests",
 	CodeUnavailable:          "Service temporarily unavailable",
+	CodeRateLimitUnavailable: "The rate limit cannot be checked",
 	CodeInternal:             "Internal error",
 }
 
@@ -88,6 +100,11 @@ func NewProblem(status int, code, detail string) *Problem {
 	return &Problem{Status: status, Code: code, Detail: detail}
 }
 
+// MaxProblemErrors caps the errors list of a problem: a body of thousands of
+// unknown fields must not make an answer several times its size. The first
+// ones are listed; errors_omitted counts the rest.
+const MaxProblemErrors = 20
+
 type problemBody struct {
 	Type   string             `json:"type"`
 	Title  string             `json:"title"`
@@ -95,6 +112,9 @@ type problemBody struct {
 	Detail string             `json:"detail"`
 	Code   string             `json:"code"`
 	Errors []validation.Field `json:"errors"`
+	// ErrorsOmitted is an extension member (RFC 9457 3.2), present only
+	// when the errors list was cut at MaxProblemErrors.
+	ErrorsOmitted int `json:"errors_omitted,omitempty"`
 }
 
 // response renders p as application/problem+json.
@@ -103,13 +123,18 @@ func (p *Problem) response() events.APIGatewayV2HTTPResponse {
 	if errs == nil {
 		errs = []validation.Field{}
 	}
+	omitted := 0
+	if len(errs) > MaxProblemErrors {
+		errs, omitted = errs[:MaxProblemErrors], len(errs)-MaxProblemErrors
+	}
 	body, _ := json.Marshal(problemBody{
-		Type:   "urn:hourglass:problem:" + p.Code,
-		Title:  Title(p.Code),
-		Status: p.Status,
-		Detail: p.Detail,
-		Code:   p.Code,
-		Errors: errs,
+		Type:          "urn:hourglass:problem:" + p.Code,
+		Title:         Title(p.Code),
+		Status:        p.Status,
+		Detail:        p.Detail,
+		Code:          p.Code,
+		Errors:        errs,
+		ErrorsOmitted: omitted,
 	})
 	h := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
 	if p.RetryAfter > 0 {

@@ -42,7 +42,8 @@ type AuthMode string
 // Auth modes.
 const (
 	// AuthJWT: in AWS the user is the JWT "sub" claim the authorizer checked,
-	// and admin routes are authorized by IAM before they reach us.
+	// and admin routes are authorized by IAM before they reach us, then
+	// pinned here to the operator roles (Auth.AdminRoles).
 	AuthJWT AuthMode = "jwt"
 	// AuthDev: locally the user is the X-User-Id header and admin routes need
 	// X-Admin-Token.
@@ -56,6 +57,9 @@ type Auth struct {
 	// Scope, in jwt mode, is the scope an access token needs for the user
 	// routes (HOURGLASS_JWT_SCOPE); empty checks none.
 	Scope string
+	// AdminRoles, in jwt mode, are the IAM roles whose sessions may call the
+	// admin routes (HOURGLASS_ADMIN_ROLE_ARNS); none refuses every call.
+	AdminRoles []AdminRole
 }
 
 // Request is what a handler sees of an event.
@@ -259,9 +263,11 @@ func (rt *Router) authorize(access Access, req *Request) *Problem {
 		}
 		// IAM authorization happens in API Gateway; a request without IAM
 		// context did not pass through it.
-		if a := req.Event.RequestContext.Authorizer; a == nil || a.IAM == nil {
+		a := req.Event.RequestContext.Authorizer
+		if a == nil || a.IAM == nil {
 			return NewProblem(http.StatusForbidden, CodeForbidden, "admin routes need IAM authorization")
 		}
+		return adminRoleProblem(a.IAM, rt.auth.AdminRoles)
 	}
 	return nil
 }

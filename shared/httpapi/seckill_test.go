@@ -69,7 +69,11 @@ func newSaleStack(t *testing.T, redisURL string, vars map[string]string, clk *cl
 	if err != nil {
 		t.Fatalf("seckill service: %v", err)
 	}
-	rt := httpapi.NewRouter(httpapi.Auth{Mode: httpapi.AuthMode(s.cfg.Auth), AdminToken: string(s.cfg.AdminToken)},
+	roles, err := httpapi.ParseAdminRoles(s.cfg.AdminRoleARNs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := httpapi.NewRouter(httpapi.Auth{Mode: httpapi.AuthMode(s.cfg.Auth), AdminToken: string(s.cfg.AdminToken), AdminRoles: roles},
 		s.app.Log, 5*time.Second)
 	httpapi.Seckill{Service: svc}.Register(rt)
 	fs := *s

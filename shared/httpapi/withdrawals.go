@@ -18,11 +18,21 @@ type Withdrawals struct {
 	Service *withdrawal.Service
 	// Limiter, if set, rate-limits creation per user and per source.
 	Limiter *ratelimit.Limiter
+	// LimitFailsClosed refuses creation (503 rate_limit_unavailable) while
+	// the limiter cannot reach Redis: set with a ledger that creates
+	// without Redis (dynamodb), where failing open would leave creation
+	// unlimited for the whole outage. With the redis ledger a create fails
+	// without Redis anyway.
+	LimitFailsClosed bool
 }
 
 // Register adds the withdrawal routes and their error mapping to rt.
 func (h Withdrawals) Register(rt *Router) {
-	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, rt.Limited(h.Limiter, ratelimit.Withdrawal, h.create))
+	limited := rt.Limited
+	if h.LimitFailsClosed {
+		limited = rt.LimitedClosed
+	}
+	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, limited(h.Limiter, ratelimit.Withdrawal, h.create))
 	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, h.list)
 	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, h.get)
 	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, h.cancel)

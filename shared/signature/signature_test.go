@@ -1,7 +1,12 @@
 package signature_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +154,44 @@ func TestVerifyErrorsDoNotEchoHeader(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), vectorMAC) || strings.Contains(err.Error(), "0000000000") {
 			t.Errorf("Verify(%q) = %v", h, err)
 		}
+	}
+}
+
+// TestVerifyFarTimestamps: timestamps whose distance from now does not fit a
+// time.Duration (about 292 years) must fail the window check, not wrap
+// around to "now", whatever the tolerance.
+func TestVerifyFarTimestamps(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	signedAt := func(ts string) string {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(ts + "."))
+		m.Write(body)
+		return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+	}
+	years292 := int64(292 * 365.25 * 24 * 3600)
+	tests := []struct {
+		name, ts  string
+		tolerance time.Duration
+		want      error
+	}{
+		{"max int64 seconds", strconv.FormatInt(math.MaxInt64, 10), 5 * time.Minute, signature.ErrTimestamp},
+		{"max int64 seconds, max tolerance", strconv.FormatInt(math.MaxInt64, 10), math.MaxInt64, signature.ErrTimestamp},
+		{"292 years ahead", strconv.FormatInt(now.Unix()+years292, 10), 5 * time.Minute, signature.ErrTimestamp},
+		{"293 years ahead", strconv.FormatInt(now.Unix()+years292+365*24*3600, 10), 5 * time.Minute, signature.ErrTimestamp},
+		{"zero (1970)", "0", 5 * time.Minute, signature.ErrTimestamp},
+		{"negative", "-1", 5 * time.Minute, signature.ErrMalformed},
+		{"min int64", strconv.FormatInt(math.MinInt64, 10), 5 * time.Minute, signature.ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := signature.Verify(secret, signedAt(tt.ts), body, now, tt.tolerance)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Verify(t=%s) = %v, want %v", tt.ts, err, tt.want)
+			}
+		})
+	}
+	// Signed with Sign itself, far ahead: the same.
+	if err := signature.Verify(secret, signature.Sign(secret, now.Add(math.MaxInt64), body), body, now, 0); !errors.Is(err, signature.ErrTimestamp) {
+		t.Fatalf("Verify(Sign(now+maxDuration)) = %v, want ErrTimestamp", err)
 	}
 }

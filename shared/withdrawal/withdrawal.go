@@ -67,7 +67,10 @@ type Withdrawal struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	// Attempts counts calls made to the payout provider, the successful one too.
-	Attempts  int
+	Attempts int
+	// LastError is the last payout error in full (the provider's answer, our
+	// provider URL): for operators (logs, the CLI) only. The API shows
+	// PublicError instead.
 	LastError string
 	PayoutID  string
 	// ProcessedAt is when the withdrawal became paid or failed.
@@ -160,13 +163,48 @@ func (w Withdrawal) View() View {
 		UpdatedAt:   clock.Format(w.UpdatedAt),
 		Attempts:    w.Attempts,
 	}
-	if w.LastError != "" {
-		v.LastError = &w.LastError
+	if reason := w.PublicError(); reason != "" {
+		v.LastError = &reason
 	}
 	if w.PayoutID != "" {
 		v.PayoutID = &w.PayoutID
 	}
 	return v
+}
+
+// The reasons the API gives for a payout that did not go through (View's
+// last_error): one fixed sentence per outcome class, never the provider's
+// own answer, which can carry its hosts, our provider URL, account numbers.
+// api/openapi.yaml lists them.
+const (
+	// ReasonNotMade: failed (refused by the provider, retries used up, or
+	// settled as failed by an operator); no call may have paid it.
+	ReasonNotMade = "The payout was not made: the payout provider refused it or could not be reached after every attempt. No money was sent."
+	// ReasonUnavailable: the last call got an answer that is no verdict (the
+	// provider down or busy); another attempt is scheduled.
+	ReasonUnavailable = "The payout provider could not be reached; the payout will be tried again."
+	// ReasonUnconfirmed: a call may have paid and the provider has not said
+	// how it ended; it is asked again, and nothing is paid twice.
+	ReasonUnconfirmed = "The payout provider has not confirmed the outcome yet; it is being checked and will not be paid twice."
+	// ReasonReturned: paid, then the provider reported the money came back.
+	ReasonReturned = "The payout provider reported that the money came back."
+)
+
+// PublicError is the reason the API shows for w's last payout error: empty
+// when there is none (or it no longer matters: paid, cancelled), else the
+// fixed sentence of its outcome class.
+func (w Withdrawal) PublicError() string {
+	switch {
+	case w.LastError == "" || w.Status == Paid || w.Status == Cancelled:
+		return ""
+	case w.Status == Failed:
+		return ReasonNotMade
+	case w.Status == Returned:
+		return ReasonReturned
+	case w.MaybePaid:
+		return ReasonUnconfirmed
+	}
+	return ReasonUnavailable
 }
 
 // Processed is the message finance receives for every paid, failed or

@@ -57,9 +57,9 @@ func (s *HourglassStack) createNetwork() {
 	s.Vpc = awsec2.NewVpc(s.Stack, jsii.String("Vpc"), &awsec2.VpcProps{
 		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
 		MaxAzs:      jsii.Number(2),
-		// One NAT gateway per AZ: losing an AZ must not cut the payouts
-		// of the other.
-		NatGateways: jsii.Number(2),
+		// prod: one NAT gateway per AZ, so losing an AZ does not cut the
+		// payouts of the other; dev: one, shared (profile.go).
+		NatGateways: jsii.Number(float64(s.settings.Profile.NatGateways)),
 		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
 			{Name: jsii.String(subnetPublic), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
 			{Name: jsii.String(subnetApp), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(22)},
@@ -111,10 +111,15 @@ func (s *HourglassStack) createNetwork() {
 		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), https, jsii.String("DynamoDB over TLS"), nil)
 	}
 
+	// An endpoint's interface in each of the profile's first AZs; the
+	// functions in another AZ reach it across zones (private DNS answers
+	// with the interfaces there are).
+	app := *s.Vpc.SelectSubnets(&awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)}).Subnets
+	endpointSubnets := app[:min(len(app), s.settings.Profile.EndpointAZs)]
 	for _, ep := range interfaceEndpoints {
 		s.Vpc.AddInterfaceEndpoint(jsii.String(ep.id), &awsec2.InterfaceVpcEndpointOptions{
 			Service:           ep.service(),
-			Subnets:           &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+			Subnets:           &awsec2.SubnetSelection{Subnets: &endpointSubnets},
 			PrivateDnsEnabled: jsii.Bool(true),
 			SecurityGroups:    &[]awsec2.ISecurityGroup{s.EndpointsSG},
 			// Only the functions' security group, not the whole VPC.

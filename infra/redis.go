@@ -17,8 +17,6 @@ const (
 	redisEngine        = "valkey"
 	redisEngineVersion = "8.0"
 	redisFamily        = "valkey8"
-	// redisReplicas per shard: one, in another AZ, to fail over to.
-	redisReplicas = 1
 )
 
 func (s *HourglassStack) createRedis() {
@@ -74,6 +72,9 @@ func (s *HourglassStack) createRedis() {
 		}
 	}
 
+	// Replicas: prod has one per shard, in another AZ, to fail over to;
+	// dev none. ElastiCache requires automatic failover on in cluster mode,
+	// with or without replicas; Multi-AZ needs a replica.
 	s.Redis = awselasticache.NewCfnReplicationGroup(s.Stack, jsii.String("Redis"), &awselasticache.CfnReplicationGroupProps{
 		ReplicationGroupId:          jsii.String(s.redisGroupID()),
 		ReplicationGroupDescription: jsii.String("Hourglass delay queues, flash-sale stock and results"),
@@ -82,9 +83,9 @@ func (s *HourglassStack) createRedis() {
 		CacheNodeType:               jsii.String(s.settings.RedisNodeType),
 		ClusterMode:                 jsii.String("enabled"),
 		NumNodeGroups:               jsii.Number(float64(s.settings.RedisShards)),
-		ReplicasPerNodeGroup:        jsii.Number(redisReplicas),
+		ReplicasPerNodeGroup:        jsii.Number(float64(s.settings.Profile.RedisReplicas)),
 		AutomaticFailoverEnabled:    jsii.Bool(true),
-		MultiAzEnabled:              jsii.Bool(true),
+		MultiAzEnabled:              jsii.Bool(s.settings.Profile.MultiAZ()),
 		CacheParameterGroupName:     s.RedisParameters.Ref(),
 		CacheSubnetGroupName:        subnets.Ref(),
 		SecurityGroupIds:            &[]*string{s.RedisSG.SecurityGroupId()},
@@ -110,7 +111,7 @@ func (s *HourglassStack) createRedis() {
 
 	for shard := 1; shard <= s.settings.RedisShards; shard++ {
 		var nodes []string
-		for node := 1; node <= 1+redisReplicas; node++ {
+		for node := 1; node <= 1+s.settings.Profile.RedisReplicas; node++ {
 			nodes = append(nodes, fmt.Sprintf("%s-%04d-%03d", s.redisGroupID(), shard, node))
 		}
 		s.redisNodeClusters = append(s.redisNodeClusters, nodes)

@@ -12,6 +12,8 @@ CDK_VERSION ?= 2.1148.1
 CDK         := .cdk/node_modules/.bin/cdk
 # Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... --profile prod'.
 CDK_ARGS    ?=
+# Context of make synth, e.g. SYNTH_ARGS='-c profile=dev'.
+SYNTH_ARGS  ?=
 # The Lambda runtime interface emulator (make e2e, make invoke), pinned and
 # installed into bin/ (never globally); the functions' bootstraps for this
 # machine go to bin/host/<function>/.
@@ -78,7 +80,10 @@ fuzz: ## Each fuzz target for FUZZTIME (1m; make test runs them for FUZZ_SHORT, 
 soak: ## hourglass serve on a spawned redis-server under a mixed vegeta load for SOAK_DURATION (5m); writes bench/soak.md
 	$(GO) run ./internal/soak -duration $(SOAK_DURATION) -rate $(SOAK_RATE) -out bench/soak.md
 
-# dynalite, a DynamoDB-compatible server the DynamoDB ledger tests start.
+# node_modules (package.json): dynalite, a DynamoDB-compatible server the
+# DynamoDB ledger tests start, and cfn-guard with the Control Tower rules
+# (make synth, the infra tests). npm ci installs them all; dynalite stands
+# for the lot.
 node_modules/.bin/dynalite: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
@@ -125,9 +130,9 @@ bench: rie ## Every performance target of SPEC.md against its baseline (1-3 min)
 	@$(call host_bootstraps,$(FUNCTIONS))
 	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host $(BENCH_ARGS)
 
-synth: build ## Build, then synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json)
+synth: build node_modules/.bin/dynalite ## Build, synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json), check it with cdk-nag and cfn-guard (SYNTH_ARGS='-c profile=dev')
 	rm -rf cdk.out
-	$(GO) run ./infra
+	$(GO) run ./infra $(SYNTH_ARGS)
 	@echo "  cdk.out/Hourglass.template.json: $$(( $$(stat -c %s cdk.out/Hourglass.template.json) / 1024 )) KiB"
 
 deploy: build $(CDK) ## Build, then cdk deploy the stack to the current AWS account (CDK_ARGS='-c key=value ...')

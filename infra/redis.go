@@ -54,10 +54,13 @@ func (s *HourglassStack) createRedis() {
 	})
 
 	logs := func(id string) *string {
-		return awslogs.NewLogGroup(s.Stack, jsii.String(id), &awslogs.LogGroupProps{
+		lg := awslogs.NewLogGroup(s.Stack, jsii.String(id), &awslogs.LogGroupProps{
 			Retention:     awslogs.RetentionDays_ONE_MONTH,
 			RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
-		}).LogGroupName()
+		})
+		suppressLogGroupGuard(lg, "ElastiCache's slow and engine logs are diagnostics for the on-call: a month covers "+
+			"an investigation, and they record no withdrawal or order.")
+		return lg.LogGroupName()
 	}
 	delivery := func(logType, group string) *awselasticache.CfnReplicationGroup_LogDeliveryConfigurationRequestProperty {
 		return &awselasticache.CfnReplicationGroup_LogDeliveryConfigurationRequestProperty{
@@ -106,6 +109,11 @@ func (s *HourglassStack) createRedis() {
 			delivery("engine-log", "RedisEngineLogs"),
 		},
 	})
+	if !s.settings.Profile.MultiAZ() {
+		suppress(s.Redis, "AwsSolutions-AEC4",
+			"The "+s.settings.Profile.Name+" profile runs no replica, to cost less: it gives up Multi-AZ and failover "+
+				"on purpose, and says so (profile.go, docs/deploy.md); prod runs a replica per shard in another AZ.")
+	}
 	// Deleting the stack keeps a final snapshot of the queues.
 	s.Redis.ApplyRemovalPolicy(awscdk.RemovalPolicy_SNAPSHOT, nil)
 

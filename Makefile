@@ -10,7 +10,8 @@ LAMBDA_ARCH ?= arm64
 # The CDK CLI, pinned and installed into .cdk/ by make deploy (never globally).
 CDK_VERSION ?= 2.1148.1
 CDK         := .cdk/node_modules/.bin/cdk
-# Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... --profile prod'.
+# Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... -c profile=dev --profile my-aws-account'
+# (-c profile= is Hourglass's size, --profile the AWS CLI's credentials).
 CDK_ARGS    ?=
 # Context of make synth, e.g. SYNTH_ARGS='-c profile=dev'.
 SYNTH_ARGS  ?=

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 )
 
 // TestCfnGuardControlTower: cfn-guard's AWS Control Tower proactive rules
@@ -53,6 +55,59 @@ func TestGuardSuppressionsHaveReasons(t *testing.T) {
 			if len(reason) < 60 || !strings.Contains(reason, " ") {
 				t.Errorf("%s: suppression of %v has no real reason: %q", id, rule, reason)
 			}
+		}
+	}
+}
+
+// TestGuardFixes: what the Control Tower rules asked for, where fixing was
+// right, is in the template.
+func TestGuardFixes(t *testing.T) {
+	f := stacks(t)
+	// CT.KMS.PR.3: only AWS services create grants on either key.
+	want := `{"Action":"kms:CreateGrant","Condition":{"BoolIfExists":{"aws:PrincipalIsAWSService":"false",` +
+		`"kms:GrantIsForAWSResource":"false"}},"Effect":"Deny","Principal":{"AWS":"*"},"Resource":"*","Sid":"DenyGrantsButForAWSServices"}`
+	for _, key := range []awskms.Key{f.def.DataKey, f.def.AlarmKey} {
+		id := logicalID(f.def, key)
+		policy, _ := propsOf(resources(f.defMap, "AWS::KMS::Key")[id])["KeyPolicy"].(map[string]any)
+		found := false
+		for _, st := range asList(policy["Statement"]) {
+			found = found || mustJSON(st) == want
+		}
+		if !found {
+			t.Errorf("%s: no statement %s in %s", id, want, mustJSON(policy))
+		}
+	}
+	// CT.EC2.PR.11: no subnet hands out public addresses.
+	for id, r := range resources(f.defMap, "AWS::EC2::Subnet") {
+		if v := propsOf(r)["MapPublicIpOnLaunch"]; v != nil && v != false {
+			t.Errorf("%s: MapPublicIpOnLaunch %v", id, v)
+		}
+	}
+	// CT.SQS.PR.1: the dead-letter queue says it is one.
+	dlq := resources(f.defMap, "AWS::SQS::Queue")[logicalID(f.def, f.def.DeadLetterQueue)]
+	if got := mustJSON(propsOf(dlq)["RedriveAllowPolicy"]); got != `{"redrivePermission":"allowAll"}` {
+		t.Errorf("dead-letter queue RedriveAllowPolicy %s", got)
+	}
+	// CT.CLOUDWATCH.PR.2: the API's access log, its audit trail, is kept a year.
+	hasProps(t, f.defTpl, "AWS::Logs::LogGroup", props{"RetentionInDays": 365})
+}
+
+// TestGuardFailureNamesRuleAndResource: a finding fails with the rule,
+// the control, the resource and what to do.
+func TestGuardFailureNamesRuleAndResource(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "bare.template.json")
+	tpl := `{"Resources": {"BareQueue": {"Type": "AWS::SQS::Queue", "Properties": {"SqsManagedSseEnabled": true}}}}`
+	if err := os.WriteFile(path, []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = guardTemplate(root, path)
+	for _, want := range []string{"1 findings", "sqs_dlq_check (CT.SQS.PR.1) on AWS::SQS::Queue BareQueue", "suppressGuard(resource, rule, reason)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v; want it to say %q", err, want)
 		}
 	}
 }

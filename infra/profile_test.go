@@ -252,3 +252,21 @@ func TestProfileOverrideWins(t *testing.T) {
 	f := profileStacks(t)
 	checkSize(t, f.override, f.overrideTpl, f.overrideMap, sizeWant{nat: 1, shards: 2, replicas: 0, endpointSubnets: 1, nodeType: "cache.m7g.large"})
 }
+
+// TestArgsContext: make synth's SYNTH_ARGS reach the context as -c does
+// for the CLI, and anything else is refused.
+func TestArgsContext(t *testing.T) {
+	ctx := map[string]any{"profile": "prod", "queueShards": 4.0}
+	if err := argsContext([]string{"-c", "profile=dev", "--context", "redisNodeType=cache.t4g.micro"}, ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"profile": "dev", "queueShards": 4.0, "redisNodeType": "cache.t4g.micro"}
+	if diff := cmp.Diff(want, ctx); diff != "" {
+		t.Errorf("context (-want +got):\n%s", diff)
+	}
+	for _, bad := range [][]string{{"profile=dev"}, {"-c"}, {"-c", "profile"}, {"-c", "=dev"}} {
+		if err := argsContext(bad, map[string]any{}); err == nil {
+			t.Errorf("argsContext(%q): no error", bad)
+		}
+	}
+}

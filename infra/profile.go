@@ -16,8 +16,9 @@ type Profile struct {
 	Name string
 	// NatGateways: one per AZ in prod, so losing an AZ does not cut the
 	// payouts of the other; one in dev, shared by both AZs. None is not an
-	// option: the payout provider is outside AWS and only NAT gives the
-	// functions in private subnets a route to it.
+	// option: the consumer must reach both ElastiCache (inside the VPC only)
+	// and the payout provider (outside AWS, IPv4), and from a private
+	// subnet only NAT routes to the latter.
 	NatGateways int
 	// RedisNodeType and RedisShards are the defaults of redisNodeType and
 	// redisShards; RedisReplicas is the replicas per shard (0 or 1).
@@ -51,8 +52,8 @@ const (
 //	Valkey node (r7g.large $0.1752/h,              4 x r7g.large        1 x t4g.small
 //	  t4g.small $0.0256/h; Redis OSS +25%)            = $512               = $19
 //	interface endpoint ($0.01 per AZ-hour)         3 x 2 AZs = $44      3 x 1 AZ = $22
-//	poller, always running (~70 s of every 60 s,   $41                  $41
-//	  1 GB, arm64 $0.0000133/GB-s)
+//	poller (a ~70 s run every minute, 1 GB,        $41                  $41
+//	  arm64 $0.0000133/GB-s)
 //	KMS keys ($1/key-month), Secrets Manager       $2 + $1.20           $2 + $1.20
 //	  ($0.40/secret-month: 3 secrets)
 //	CloudWatch dashboard ($3), alarms ($0.10       ~$5                  ~$5

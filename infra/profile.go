@@ -54,10 +54,11 @@ const (
 //	interface endpoint ($0.01 per AZ-hour)         3 x 2 AZs = $44      3 x 1 AZ = $22
 //	poller (a ~70 s run every minute, 1 GB,        $41                  $41
 //	  arm64 $0.0000133/GB-s)
-//	KMS keys ($1/key-month), Secrets Manager       $2 + $1.20           $2 + $1.20
-//	  ($0.40/secret-month: 3 secrets)
+//	KMS keys ($1/key-month), Secrets Manager       $2 + $1.60           $2 + $1.60
+//	  ($0.40/secret-month: Redis AUTH, payout,
+//	  webhook, finance signing keys)
 //	CloudWatch dashboard ($3), alarms ($0.10       ~$5                  ~$5
-//	  per metric alarmed)
+//	  per metric alarmed; 18 alarms in prod)
 //	total                                          ~$680                ~$125
 //
 // Usage on top of both: NAT data $0.045/GB (the payout calls), endpoint

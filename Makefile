@@ -10,8 +10,11 @@ LAMBDA_ARCH ?= arm64
 # The CDK CLI, pinned and installed into .cdk/ by make deploy (never globally).
 CDK_VERSION ?= 2.1148.1
 CDK         := .cdk/node_modules/.bin/cdk
-# Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... --profile prod'.
+# Extra arguments of cdk deploy, e.g. CDK_ARGS='-c jwtIssuer=https://... -c profile=dev --profile my-aws-account'
+# (-c profile= is Hourglass's size, --profile the AWS CLI's credentials).
 CDK_ARGS    ?=
+# Context of make synth, e.g. SYNTH_ARGS='-c profile=dev'.
+SYNTH_ARGS  ?=
 # The Lambda runtime interface emulator (make e2e, make invoke), pinned and
 # installed into bin/ (never globally); the functions' bootstraps for this
 # machine go to bin/host/<function>/.
@@ -82,7 +85,10 @@ fuzz: ## Each fuzz target for FUZZTIME (1m; make test runs them for FUZZ_SHORT, 
 soak: ## hourglass serve on a spawned redis-server under a mixed vegeta load for SOAK_DURATION (5m); writes bench/soak.md
 	$(GO) run ./internal/soak -duration $(SOAK_DURATION) -rate $(SOAK_RATE) -out bench/soak.md
 
-# dynalite, a DynamoDB-compatible server the DynamoDB ledger tests start.
+# node_modules (package.json): dynalite, a DynamoDB-compatible server the
+# DynamoDB ledger tests start, and cfn-guard with the Control Tower rules
+# (make synth, the infra tests). npm ci installs them all; dynalite stands
+# for the lot.
 node_modules/.bin/dynalite: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
@@ -130,9 +136,9 @@ bench: rie ## Every performance target of SPEC.md against its baseline (1-3 min)
 	@$(call host_bootstraps,$(FUNCTIONS))
 	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host $(BENCH_ARGS)
 
-synth: build ## Build, then synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json)
+synth: build node_modules/.bin/dynalite ## Build, synthesize the CDK stack offline into cdk.out/ (Hourglass.template.json), check it with cdk-nag and cfn-guard (SYNTH_ARGS='-c profile=dev')
 	rm -rf cdk.out
-	$(GO) run ./infra
+	$(GO) run ./infra $(SYNTH_ARGS)
 	@echo "  cdk.out/Hourglass.template.json: $$(( $$(stat -c %s cdk.out/Hourglass.template.json) / 1024 )) KiB"
 
 deploy: build $(CDK) ## Build, then cdk deploy the stack to the current AWS account (CDK_ARGS='-c key=value ...')

@@ -399,7 +399,9 @@ func TestFinanceDurablePath(t *testing.T) {
 			}) {
 				t.Errorf("finance queue %s", got)
 			}
-			if got := mustJSON(propsOf(queues[fdlq])); got != mustJSON(props{"KmsMasterKeyId": key, "MessageRetentionPeriod": 14 * 24 * 3600}) {
+			// allowAll: a dead-letter queue says it is one (guard.go, CT.SQS.PR.1).
+			if got := mustJSON(propsOf(queues[fdlq])); got != mustJSON(props{"KmsMasterKeyId": key, "MessageRetentionPeriod": 14 * 24 * 3600,
+				"RedriveAllowPolicy": props{"redrivePermission": "allowAll"}}) {
 				t.Errorf("finance dead-letter queue %s", got)
 			}
 			// Raw delivery into the finance queue, and every subscription

@@ -125,6 +125,11 @@ func (s *HourglassStack) createApi() {
 			opts.AuthorizationScopes = jsii.Strings(s.settings.JWTScope)
 		}
 		added := s.Api.AddRoutes(opts)
+		for _, rt := range *added {
+			suppressGuardAll(rt, "AWS::Lambda::Permission", "lambda_function_public_access_prohibited_check",
+				"The permission admits API Gateway for this API's route only: its SourceArn is the route's execute-api "+
+					"ARN, an Fn::Join of this account, region and API id, which the rule cannot read as a string or a Ref.")
+		}
 		if _, ok := routeThrottles[string(r.method)+" "+r.path]; ok {
 			for _, rt := range *added {
 				throttled = append(throttled, rt)
@@ -132,17 +137,21 @@ func (s *HourglassStack) createApi() {
 		}
 		if r.access == public {
 			for _, rt := range *added {
-				suppress(rt, "AwsSolutions-APIG4",
-					"Public by design (SPEC.md): "+string(r.method)+" "+r.path+" is "+r.why+
-						"; it is throttled like every route.")
+				why := "Public by design (SPEC.md): " + string(r.method) + " " + r.path + " is " + r.why +
+					"; it is throttled like every route."
+				suppress(rt, "AwsSolutions-APIG4", why)
+				suppressGuard(rt, "api_gw_v2_authorization_type_configured_check", why)
 			}
 		}
 	}
 
+	// The access log is the audit trail of who asked for what: kept a
+	// year (cfn-guard CT.CLOUDWATCH.PR.2).
 	accessLogs := awslogs.NewLogGroup(s.Stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
-		Retention:     logRetention,
+		Retention:     awslogs.RetentionDays_ONE_YEAR,
 		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 	})
+	suppressLogGroupGuard(accessLogs, "")
 	format, _ := json.Marshal(accessLogFormat) // a map of strings always marshals
 	// RouteSettings is free-form JSON to the CDK: CloudFormation's own
 	// property names, spelled out.

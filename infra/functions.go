@@ -249,6 +249,8 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 	})
 	s.LogGroups[spec.name] = logs
+	suppressLogGroupGuard(logs, "Function logs serve debugging and on-call (request ids, outcomes, no secrets): three "+
+		"months covers an investigation; the record of each withdrawal and order is the ledger and the finance feed.")
 	// An own role instead of the AWS-managed execution policies: those grant
 	// logs:CreateLogGroup and PutLogEvents on every log group ("*"); this one
 	// writes to its own group only. Inline, so the function cannot be

@@ -1,7 +1,9 @@
 // Command infra is Hourglass's CDK app: one stack, Hourglass, holding the
 // whole system. `make synth` runs it directly (offline) into cdk.out/;
 // `make deploy` runs it through the CDK CLI (infra/cdk.json). Both read the
-// "context" block of infra/cdk.json, and the CLI adds -c values on top.
+// "context" block of infra/cdk.json and add -c values on top (make synth's
+// SYNTH_ARGS). Both run cdk-nag; run directly, the app then runs cfn-guard's
+// Control Tower rules over the template it wrote (guard.go).
 package main
 
 import (
@@ -36,6 +38,10 @@ func run() error {
 	}
 	ctx, err := fileContext(filepath.Join(root, "infra", "cdk.json"))
 	if err != nil {
+		return err
+	}
+	// make synth passes -c key=value pairs (SYNTH_ARGS) as the CLI would.
+	if err := argsContext(os.Args[1:], ctx); err != nil {
 		return err
 	}
 	props := &awscdk.AppProps{Context: &ctx}
@@ -84,6 +90,14 @@ func run() error {
 	if errs > 0 {
 		return fmt.Errorf("%d synthesis errors (cdk-nag findings are errors: fix them or suppress them with a reason)", errs)
 	}
+	for _, st := range *assembly.Stacks() {
+		res, err := guardTemplate(root, *st.TemplateFullPath())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "cfn-guard: %d Control Tower rule files, no findings in %s (%d suppressed with a reason)\n",
+			res.RuleFiles, *st.StackName(), len(res.Suppressed))
+	}
 	fmt.Fprintf(os.Stderr, "synthesized %s into %s\n", stackName, *assembly.Directory())
 	return nil
 }
@@ -105,6 +119,22 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// argsContext adds each -c key=value of args to ctx.
+func argsContext(args []string, ctx map[string]any) error {
+	for i := 0; i < len(args); i++ {
+		if args[i] != "-c" && args[i] != "--context" || i+1 == len(args) {
+			return fmt.Errorf("argument %q: want -c key=value", args[i])
+		}
+		i++
+		k, v, ok := strings.Cut(args[i], "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-c %q: want key=value", args[i])
+		}
+		ctx[k] = v
+	}
+	return nil
 }
 
 // fileContext is the "context" block of a cdk.json.

@@ -48,8 +48,18 @@ func (s *HourglassStack) queue(id string, props awssqs.QueueProps) awssqs.Queue 
 	return awssqs.NewQueue(s.Stack, jsii.String(id), &props)
 }
 
+// deadLetterQueue is a queue that says it is one (cfn-guard CT.SQS.PR.1
+// wants a redrive policy or a redrive-allow policy on every queue):
+// allowAll is SQS's default; byQueue naming its source would be a cycle.
+func (s *HourglassStack) deadLetterQueue(id string) awssqs.Queue {
+	return s.queue(id, awssqs.QueueProps{
+		RetentionPeriod:    deadLetterRetention,
+		RedriveAllowPolicy: &awssqs.RedriveAllowPolicy{RedrivePermission: awssqs.RedrivePermission_ALLOW_ALL},
+	})
+}
+
 func (s *HourglassStack) createMessaging() {
-	s.DeadLetterQueue = s.queue("DeadLetterQueue", awssqs.QueueProps{RetentionPeriod: deadLetterRetention})
+	s.DeadLetterQueue = s.deadLetterQueue("DeadLetterQueue")
 	s.WorkQueue = s.queue("WorkQueue", awssqs.QueueProps{
 		RetentionPeriod:   workRetention,
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(visibilityFactor * consumerTimeout.Seconds())),
@@ -91,7 +101,7 @@ func (s *HourglassStack) createMessaging() {
 // cannot deliver to FinanceDeadLetterQueue, which is also the finance
 // queue's own dead-letter queue.
 func (s *HourglassStack) createFinanceQueues() {
-	s.FinanceDeadLetterQueue = s.queue("FinanceDeadLetterQueue", awssqs.QueueProps{RetentionPeriod: deadLetterRetention})
+	s.FinanceDeadLetterQueue = s.deadLetterQueue("FinanceDeadLetterQueue")
 	s.FinanceQueue = s.queue("FinanceQueue", awssqs.QueueProps{
 		RetentionPeriod: financeRetention,
 		DeadLetterQueue: &awssqs.DeadLetterQueue{Queue: s.FinanceDeadLetterQueue, MaxReceiveCount: jsii.Number(maxReceiveCount)},

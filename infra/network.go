@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
@@ -42,11 +43,30 @@ func (s *HourglassStack) createKeys() {
 		EnableKeyRotation: jsii.Bool(true),
 		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
 	})
+	denyGrantsButForAWS(s.DataKey)
 	s.AlarmKey = awskms.NewKey(s.Stack, jsii.String("AlarmKey"), &awskms.KeyProps{
 		Description:       jsii.String("Hourglass: ops alarm topic (CloudWatch alarms publish to it)"),
 		EnableKeyRotation: jsii.Bool(true),
 		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
 	})
+	denyGrantsButForAWS(s.AlarmKey)
+}
+
+// denyGrantsButForAWS lets only AWS services create grants on key
+// (ElastiCache does, for the nodes' disks); no principal can hand its
+// access on through a grant (cfn-guard CT.KMS.PR.3).
+func denyGrantsButForAWS(key awskms.Key) {
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("DenyGrantsButForAWSServices"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("kms:CreateGrant"),
+		Resources:  jsii.Strings("*"),
+		Conditions: &map[string]any{"BoolIfExists": map[string]any{
+			"kms:GrantIsForAWSResource": "false",
+			"aws:PrincipalIsAWSService": "false",
+		}},
+	}), nil)
 }
 
 func (s *HourglassStack) createNetwork() {
@@ -54,14 +74,19 @@ func (s *HourglassStack) createNetwork() {
 		Retention:     awslogs.RetentionDays_ONE_MONTH,
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
 	})
+	suppressLogGroupGuard(flowLogs, "VPC flow logs of all traffic are large and diagnostic: a month covers "+
+		"investigating an incident, and a year would multiply their storage for no record anyone must keep.")
 	s.Vpc = awsec2.NewVpc(s.Stack, jsii.String("Vpc"), &awsec2.VpcProps{
 		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
 		MaxAzs:      jsii.Number(2),
-		// One NAT gateway per AZ: losing an AZ must not cut the payouts
-		// of the other.
-		NatGateways: jsii.Number(2),
+		// prod: one NAT gateway per AZ, so losing an AZ does not cut the
+		// payouts of the other; dev: one, shared (profile.go).
+		NatGateways: jsii.Number(float64(s.settings.Profile.NatGateways)),
 		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
-			{Name: jsii.String(subnetPublic), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
+			// Public subnets hold the NAT gateways (their own Elastic IPs)
+			// and nothing else: nothing there gets a public address by
+			// default (cfn-guard CT.EC2.PR.11).
+			{Name: jsii.String(subnetPublic), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24), MapPublicIpOnLaunch: jsii.Bool(false)},
 			{Name: jsii.String(subnetApp), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(22)},
 			{Name: jsii.String(subnetData), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
 		},
@@ -80,6 +105,13 @@ func (s *HourglassStack) createNetwork() {
 			},
 		},
 	})
+
+	// RestrictDefaultSecurityGroup is a CDK custom resource: a Lambda
+	// function outside the VPC.
+	suppressGuardAll(s.Stack.Node().FindChild(jsii.String("Custom::VpcRestrictDefaultSGCustomResourceProvider")),
+		"AWS::Lambda::Function", "lambda_inside_vpc_check",
+		"The CDK's custom resource that strips the default security group's rules runs at deployment only and calls "+
+			"the EC2 API alone; inside the VPC it would need a NAT route or an EC2 endpoint and would serve no request.")
 
 	s.FunctionsSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("FunctionsSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              s.Vpc,
@@ -111,10 +143,15 @@ func (s *HourglassStack) createNetwork() {
 		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), https, jsii.String("DynamoDB over TLS"), nil)
 	}
 
+	// An endpoint's interface in each of the profile's first AZs; the
+	// functions in another AZ reach it across zones (private DNS answers
+	// with the interfaces there are).
+	app := *s.Vpc.SelectSubnets(&awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)}).Subnets
+	endpointSubnets := app[:min(len(app), s.settings.Profile.EndpointAZs)]
 	for _, ep := range interfaceEndpoints {
 		s.Vpc.AddInterfaceEndpoint(jsii.String(ep.id), &awsec2.InterfaceVpcEndpointOptions{
 			Service:           ep.service(),
-			Subnets:           &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+			Subnets:           &awsec2.SubnetSelection{Subnets: &endpointSubnets},
 			PrivateDnsEnabled: jsii.Bool(true),
 			SecurityGroups:    &[]awsec2.ISecurityGroup{s.EndpointsSG},
 			// Only the functions' security group, not the whole VPC.

@@ -17,8 +17,6 @@ const (
 	redisEngine        = "valkey"
 	redisEngineVersion = "8.0"
 	redisFamily        = "valkey8"
-	// redisReplicas per shard: one, in another AZ, to fail over to.
-	redisReplicas = 1
 )
 
 func (s *HourglassStack) createRedis() {
@@ -56,10 +54,13 @@ func (s *HourglassStack) createRedis() {
 	})
 
 	logs := func(id string) *string {
-		return awslogs.NewLogGroup(s.Stack, jsii.String(id), &awslogs.LogGroupProps{
+		lg := awslogs.NewLogGroup(s.Stack, jsii.String(id), &awslogs.LogGroupProps{
 			Retention:     awslogs.RetentionDays_ONE_MONTH,
 			RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
-		}).LogGroupName()
+		})
+		suppressLogGroupGuard(lg, "ElastiCache's slow and engine logs are diagnostics for the on-call: a month covers "+
+			"an investigation, and they record no withdrawal or order.")
+		return lg.LogGroupName()
 	}
 	delivery := func(logType, group string) *awselasticache.CfnReplicationGroup_LogDeliveryConfigurationRequestProperty {
 		return &awselasticache.CfnReplicationGroup_LogDeliveryConfigurationRequestProperty{
@@ -74,6 +75,9 @@ func (s *HourglassStack) createRedis() {
 		}
 	}
 
+	// Replicas: prod has one per shard, in another AZ, to fail over to;
+	// dev none. ElastiCache requires automatic failover on in cluster mode,
+	// with or without replicas; Multi-AZ needs a replica.
 	s.Redis = awselasticache.NewCfnReplicationGroup(s.Stack, jsii.String("Redis"), &awselasticache.CfnReplicationGroupProps{
 		ReplicationGroupId:          jsii.String(s.redisGroupID()),
 		ReplicationGroupDescription: jsii.String("Hourglass delay queues, flash-sale stock and results"),
@@ -82,9 +86,9 @@ func (s *HourglassStack) createRedis() {
 		CacheNodeType:               jsii.String(s.settings.RedisNodeType),
 		ClusterMode:                 jsii.String("enabled"),
 		NumNodeGroups:               jsii.Number(float64(s.settings.RedisShards)),
-		ReplicasPerNodeGroup:        jsii.Number(redisReplicas),
+		ReplicasPerNodeGroup:        jsii.Number(float64(s.settings.Profile.RedisReplicas)),
 		AutomaticFailoverEnabled:    jsii.Bool(true),
-		MultiAzEnabled:              jsii.Bool(true),
+		MultiAzEnabled:              jsii.Bool(s.settings.Profile.MultiAZ()),
 		CacheParameterGroupName:     s.RedisParameters.Ref(),
 		CacheSubnetGroupName:        subnets.Ref(),
 		SecurityGroupIds:            &[]*string{s.RedisSG.SecurityGroupId()},
@@ -105,12 +109,17 @@ func (s *HourglassStack) createRedis() {
 			delivery("engine-log", "RedisEngineLogs"),
 		},
 	})
+	if !s.settings.Profile.MultiAZ() {
+		suppress(s.Redis, "AwsSolutions-AEC4",
+			"The "+s.settings.Profile.Name+" profile runs no replica, to cost less: it gives up Multi-AZ and failover "+
+				"on purpose, and says so (profile.go, docs/deploy.md); prod runs a replica per shard in another AZ.")
+	}
 	// Deleting the stack keeps a final snapshot of the queues.
 	s.Redis.ApplyRemovalPolicy(awscdk.RemovalPolicy_SNAPSHOT, nil)
 
 	for shard := 1; shard <= s.settings.RedisShards; shard++ {
 		var nodes []string
-		for node := 1; node <= 1+redisReplicas; node++ {
+		for node := 1; node <= 1+s.settings.Profile.RedisReplicas; node++ {
 			nodes = append(nodes, fmt.Sprintf("%s-%04d-%03d", s.redisGroupID(), shard, node))
 		}
 		s.redisNodeClusters = append(s.redisNodeClusters, nodes)

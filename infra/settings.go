@@ -28,8 +28,11 @@ type Settings struct {
 	// AlarmEmail to the ops alarm topic.
 	FinanceEmail string
 	AlarmEmail   string
+	// Profile sizes the deployment (profile.go); RedisNodeType and
+	// RedisShards default to its choice.
+	Profile Profile
 	// RedisNodeType is the ElastiCache node type; RedisShards the number of
-	// node groups (cluster-mode shards), each with one replica.
+	// node groups (cluster-mode shards), each with Profile.RedisReplicas.
 	RedisNodeType string
 	RedisShards   int
 	// QueueShards is HOURGLASS_QUEUE_SHARDS: shards of the withdrawal queue.
@@ -103,8 +106,9 @@ func DefaultSettings() Settings {
 		JWTIssuer:               placeholderIssuer,
 		JWTAudience:             placeholderAudience,
 		JWTScope:                "hourglass/user",
-		RedisNodeType:           "cache.r7g.large",
-		RedisShards:             2,
+		Profile:                 profiles[profileProd],
+		RedisNodeType:           profiles[profileProd].RedisNodeType,
+		RedisShards:             profiles[profileProd].RedisShards,
 		QueueShards:             4,
 		PayoutURL:               placeholderPayoutURL,
 		PayoutSecretName:        "hourglass/payout-signing-secret",
@@ -137,6 +141,9 @@ func (s Settings) Placeholders() []string {
 func SettingsFrom(get func(key string) any) (Settings, error) {
 	s := DefaultSettings()
 	var errs []error
+	if err := s.applyProfile(get(ctxProfile)); err != nil {
+		errs = append(errs, err)
+	}
 	str := func(key string, dst *string) {
 		switch v := get(key).(type) {
 		case nil:

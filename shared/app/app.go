@@ -450,21 +450,37 @@ func (a *App) Provider(simulated bool) (withdrawal.Provider, error) {
 	})
 }
 
-// Notifier returns finance's channel: the SNS topic of FINANCE_TOPIC_ARN, the
-// webhook of FINANCE_WEBHOOK_URL, or, where logOK (the local stack), JSON
-// lines on out.
+// Notifier returns finance's channel: the SNS topic of FINANCE_TOPIC_ARN and
+// the webhook of FINANCE_WEBHOOK_URL (both, in that order, when both are
+// set), or, where neither is and logOK (the local stack), JSON lines on out.
 func (a *App) Notifier(ctx context.Context, out io.Writer, logOK bool) (withdrawal.Notifier, error) {
-	switch {
-	case a.Config.FinanceTopicARN != "":
+	var all finance.Both
+	if a.Config.FinanceTopicARN != "" {
 		awsCfg, err := AWSConfig(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return finance.NewSNS(sns.NewFromConfig(awsCfg), a.Config.FinanceTopicARN)
-	case a.Config.FinanceWebhookURL != "":
-		return finance.NewWebhook(finance.WebhookConfig{
+		topic, err := finance.NewSNS(sns.NewFromConfig(awsCfg), a.Config.FinanceTopicARN)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, topic)
+	}
+	if a.Config.FinanceWebhookURL != "" {
+		hook, err := finance.NewWebhook(finance.WebhookConfig{
 			URL: a.Config.FinanceWebhookURL, Keys: a.Secrets.Finance, Clock: a.Clock,
 		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, hook)
+	}
+	switch {
+	case len(all) == 1:
+		return all[0], nil
+	case len(all) > 1:
+		// In AWS the topic is always there; a webhook is told as well.
+		return all, nil
 	case logOK:
 		return finance.NewLog(out), nil
 	}

@@ -6,6 +6,7 @@
 package finance
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,4 +25,21 @@ func encode(m withdrawal.Processed) ([]byte, error) {
 		return nil, fmt.Errorf("finance: encode %s: %w", m.WithdrawalID, err)
 	}
 	return b, nil
+}
+
+// Both tells every notifier of each message, in order: the topic (and its
+// durable queue) and finance's webhook when a deployment has both. A message
+// counts as delivered only when all took it; after a failure the job is
+// retried and the ones that took it hear of it again, which the withdrawal
+// id lets them de-duplicate.
+type Both []withdrawal.Notifier
+
+// Notify implements withdrawal.Notifier.
+func (b Both) Notify(ctx context.Context, m withdrawal.Processed) error {
+	for _, n := range b {
+		if err := n.Notify(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/clock"
-	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/poller"
@@ -90,19 +89,7 @@ func newDynStack(t *testing.T, db *dynalitetest.Server) *dynStack {
 	} {
 		t.Setenv(k, v)
 	}
-	cfg, err := config.Load(config.Lambda)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb, err := app.Connect(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
-	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := lambdaApp(t)
 	if a.Dynamo == nil {
 		t.Fatal("HOURGLASS_LEDGER=dynamodb built no DynamoDB client")
 	}

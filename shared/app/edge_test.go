@@ -15,8 +15,6 @@ import (
 
 	"github.com/hourglass/hourglass/internal/dynalitetest"
 	"github.com/hourglass/hourglass/internal/redistest"
-	"github.com/hourglass/hourglass/shared/app"
-	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -90,19 +88,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 			for k, v := range vars {
 				t.Setenv(k, v)
 			}
-			cfg, err := config.Load(config.Lambda)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rdb, err := app.Connect(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = rdb.Close() })
-			a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
-			if err != nil {
-				t.Fatal(err)
-			}
+			a := lambdaApp(t)
 			ctx := context.Background()
 			if err := a.CreateTables(ctx); err != nil {
 				t.Fatal(err)
@@ -166,7 +152,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 			}
 			// The operator's view of unknown outcomes (hourglass payouts
 			// unresolved) still has the detail.
-			un, err := a.Service.Unresolved(ctx, cfg.MaxAttempts)
+			un, err := a.Service.Unresolved(ctx, a.Config.MaxAttempts)
 			if err != nil || len(un) != 1 || !strings.Contains(un[0].LastError, "payout-internal.corp.example") {
 				t.Errorf("unresolved %+v (%v), want the one unconfirmed payout with the provider's answer", un, err)
 			}

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
-	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -66,19 +64,7 @@ func newStack(t *testing.T, script ...int) *stack {
 	} {
 		t.Setenv(k, v)
 	}
-	cfg, err := config.Load(config.Lambda)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb, err := app.Connect(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
-	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := lambdaApp(t)
 	provider, err := a.Provider(false)
 	if err != nil {
 		t.Fatal(err)

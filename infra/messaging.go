@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -80,15 +81,7 @@ func (s *HourglassStack) createMessaging() {
 	})
 	// CloudWatch publishes alarms into the encrypted topic only if the key
 	// lets it; the condition keeps it to this account's alarms.
-	s.AlarmKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:        jsii.String("CloudWatchAlarmsPublish"),
-		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
-		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey*"),
-		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
-		Conditions: &map[string]any{
-			"StringEquals": map[string]any{"aws:SourceAccount": s.Stack.Account()},
-		},
-	}), nil)
+	s.letServiceUseKey(s.AlarmKey, "CloudWatchAlarmsPublish", "cloudwatch.amazonaws.com", "kms:Decrypt", "kms:GenerateDataKey*")
 	if e := s.settings.AlarmEmail; e != "" {
 		s.AlarmTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), nil))
 	}
@@ -114,15 +107,7 @@ func (s *HourglassStack) createFinanceQueues() {
 	// queue policies name the topic. For that reason the subscription is
 	// made here, not by awssnssubscriptions.SqsSubscription, whose key
 	// statement names the topic.
-	s.DataKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:        jsii.String("SnsToFinanceQueues"),
-		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("sns.amazonaws.com"), nil)},
-		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey"),
-		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
-		Conditions: &map[string]any{
-			"StringEquals": map[string]any{"aws:SourceAccount": s.Stack.Account()},
-		},
-	}), nil)
+	s.letServiceUseKey(s.DataKey, "SnsToFinanceQueues", "sns.amazonaws.com", "kms:Decrypt", "kms:GenerateDataKey")
 	s.FinanceQueue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("sns.amazonaws.com"), nil)},
 		Actions:    jsii.Strings("sqs:SendMessage"),
@@ -143,4 +128,18 @@ func (s *HourglassStack) createFinanceQueues() {
 			DeadLetterQueue: s.FinanceDeadLetterQueue,
 		}))
 	}
+}
+
+// letServiceUseKey lets an AWS service use key on behalf of this account's
+// resources only (aws:SourceAccount): the statement sid names the purpose.
+func (s *HourglassStack) letServiceUseKey(key awskms.Key, sid, service string, actions ...string) {
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(sid),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String(service), nil)},
+		Actions:    jsii.Strings(actions...),
+		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"aws:SourceAccount": s.Stack.Account()},
+		},
+	}), nil)
 }

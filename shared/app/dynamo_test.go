@@ -25,6 +25,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/poller"
@@ -89,7 +90,7 @@ func newDynStack(t *testing.T, db *dynalitetest.Server) *dynStack {
 	} {
 		t.Setenv(k, v)
 	}
-	a := lambdaApp(t)
+	a := appFromEnv(t, config.Lambda)
 	if a.Dynamo == nil {
 		t.Fatal("HOURGLASS_LEDGER=dynamodb built no DynamoDB client")
 	}

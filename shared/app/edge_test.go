@@ -15,6 +15,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/dynalitetest"
 	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -88,7 +89,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 			for k, v := range vars {
 				t.Setenv(k, v)
 			}
-			a := lambdaApp(t)
+			a := appFromEnv(t, config.Lambda)
 			ctx := context.Background()
 			if err := a.CreateTables(ctx); err != nil {
 				t.Fatal(err)

@@ -8,11 +8,12 @@ import (
 	"github.com/hourglass/hourglass/shared/config"
 )
 
-// lambdaApp builds the App a Lambda function builds, from the environment
-// the test has set (t.Setenv), on a Redis client closed with the test.
-func lambdaApp(t *testing.T) *app.App {
+// appFromEnv builds the App of profile p (a Lambda function's, the local
+// stack's) from the environment the test has set (t.Setenv), on a Redis
+// client closed with the test.
+func appFromEnv(t *testing.T, p config.Profile) *app.App {
 	t.Helper()
-	cfg, err := config.Load(config.Lambda)
+	cfg, err := config.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}

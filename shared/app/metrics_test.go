@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass/internal/redistest"
-	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 )
@@ -43,19 +41,7 @@ func (discard) Dispatch(context.Context, []delayq.Job) ([]delayq.Job, error) { r
 func TestPollerEmitsTheDashboardMetrics(t *testing.T) {
 	s := redistest.Start(t)
 	t.Setenv("REDIS_URL", s.URL())
-	cfg, err := config.Load(config.Local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb, err := app.Connect(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
-	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := appFromEnv(t, config.Local)
 	var out syncBuffer
 	a.EmitMetricsTo(&out)
 	ctx := context.Background()

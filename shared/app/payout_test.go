@@ -15,6 +15,7 @@ import (
 	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
+	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -64,7 +65,13 @@ func newStack(t *testing.T, script ...int) *stack {
 	} {
 		t.Setenv(k, v)
 	}
-	a := lambdaApp(t)
+	return wireStack(t, appFromEnv(t, config.Lambda), prov, fin)
+}
+
+// wireStack builds a's consumer (through prov and fin) and a poller handing
+// jobs to it, as a Lambda deployment wires them.
+func wireStack(t *testing.T, a *app.App, prov *fakes.Provider, fin *fakes.Finance) *stack {
+	t.Helper()
 	provider, err := a.Provider(false)
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/internal/fakes"
@@ -100,28 +98,7 @@ func newRotatingStack(t *testing.T) *rotatingStack {
 	a.Secrets = sec
 	m := &lines{}
 	a.EmitMetricsTo(m)
-	provider, err := a.Provider(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	notifier, err := a.Notifier(context.Background(), os.Stdout, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc, err := a.Processor(provider, notifier)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &stack{a: a, consumer: lambda.NewHandler(a.Consumer(proc, false).Handle), provider: prov, finance: fin, sent: &capture{}}
-	p, err := a.Poller(st.sent, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.poll = func() {
-		if _, err := p.Round(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := wireStack(t, a, prov, fin)
 	return &rotatingStack{stack: st, srv: s, store: store, metrics: m}
 }
 

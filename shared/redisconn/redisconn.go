@@ -106,9 +106,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 			co.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
 		}
 		c := redis.NewClusterClient(co)
-		if opts.Secret != nil {
-			c.AddHook(reauth{opts.Secret})
-		}
+		c.AddHook(reauth{opts.Secret})
 		return c, nil
 	}
 	o, err := redis.ParseURL(cfg.redacted)
@@ -130,9 +128,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		o.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
 	}
 	c := redis.NewClient(o)
-	if opts.Secret != nil {
-		c.AddHook(reauth{opts.Secret})
-	}
+	c.AddHook(reauth{opts.Secret})
 	return c, nil
 }
 
@@ -289,6 +285,10 @@ func pick[T comparable](vs ...T) T {
 	return zero
 }
 
+// errNoSource: a client whose password no secret source gives cannot read it
+// again.
+var errNoSource = errors.New("redisconn: no secret source to read the AUTH token again")
+
 // credentials asks src for the password of each new connection.
 func credentials(user string, src secrets.Source) func(ctx context.Context) (string, string, error) {
 	return func(ctx context.Context) (string, string, error) {
@@ -305,7 +305,9 @@ func credentials(user string, src secrets.Source) func(ctx context.Context) (str
 // command refused with WRONGPASS (the connection's AUTH failed) or NOAUTH
 // was not run. A rotation closes connections on the old token (ElastiCache's
 // SET strategy; CLIENT KILL in the tests); the new connections then ask for
-// the password, and the refused one is what makes it re-read.
+// the password, and the refused one is what makes it re-read. Without a
+// source (a password from the URL) nothing is re-sent, but a pipeline refused
+// for its AUTH still carries that error on each of its commands.
 type reauth struct{ src secrets.Source }
 
 func (reauth) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -345,6 +347,9 @@ func (h reauth) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 }
 
 func (h reauth) refresh(ctx context.Context) error {
+	if h.src == nil {
+		return errNoSource
+	}
 	_, err := h.src.Refresh(ctx)
 	return err
 }

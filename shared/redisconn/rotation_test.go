@@ -3,6 +3,7 @@ package redisconn_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -178,5 +179,37 @@ func TestWrongAuthTokenIsReadAgainAtMostOncePerMinRefresh(t *testing.T) {
 	_ = r.rdb.Get(ctx, "k").Err()
 	if n := r.store.Reads(authSecret); n != 3 {
 		t.Fatalf("%d reads after MinRefresh; want 3", n)
+	}
+}
+
+// A client whose password is in its URL (the local stack's) has nothing to
+// read again, but a pipeline refused for its AUTH must still say so on each
+// command: callers that read each command's reply would otherwise take the
+// missing reply for an empty one (delayq's claim said "unexpected type=<nil>").
+func TestWrongPasswordInTheURLFailsEveryPipelinedCommand(t *testing.T) {
+	s := redistest.Start(t)
+	admin(t, s, "", func(c *redis.Client) error {
+		return c.ConfigSet(context.Background(), "requirepass", "right").Err()
+	})
+	u, err := url.Parse(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("", "wrong")
+	rdb, err := redisconn.New(u.String(), redisconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	var get *redis.StringCmd
+	var eval *redis.Cmd
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, "k")
+		eval = p.Eval(ctx, "return {1, 2}", nil)
+		return nil
+	})
+	if !redis.IsAuthError(err) || !redis.IsAuthError(get.Err()) || !redis.IsAuthError(eval.Err()) {
+		t.Fatalf("pipeline %v, get %v, eval %v; want the AUTH error on all three", err, get.Err(), eval.Err())
 	}
 }

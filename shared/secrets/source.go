@@ -146,6 +146,15 @@ func (c *Cached) read(ctx context.Context, forced bool) (Keys, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 		defer cancel()
 		now := c.o.Clock.Now()
+		// A caller that looked before the previous read ended joins no
+		// read but starts its own: it takes what that read fetched.
+		c.mu.Lock()
+		if c.have && (forced && now.Sub(c.forced) < c.o.MinRefresh || !forced && now.Sub(c.readAt) < c.o.TTL) {
+			k := c.keys
+			c.mu.Unlock()
+			return k, nil
+		}
+		c.mu.Unlock()
 		k, err := Read(rctx, c.api, c.id)
 		c.mu.Lock()
 		defer c.mu.Unlock()

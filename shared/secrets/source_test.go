@@ -3,6 +3,7 @@ package secrets_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -103,6 +104,34 @@ func TestRefreshIsCoalescedAndRateLimited(t *testing.T) {
 	clk.Advance(time.Second)
 	if k, _ := c.Refresh(context.Background()); k.Current != "key-C" || store.Reads(id) != 3 {
 		t.Fatalf("a refresh after MinRefresh: %q, %d reads; want key-C from a third read", k.Current, store.Reads(id))
+	}
+}
+
+// A caller that found no recent forced read, but asked for one only after
+// another caller's read had ended, takes that read's keys: it reads nothing
+// again. Rounds of concurrent refreshes, one forced read each (CI once saw
+// three reads where the rotation test wants two).
+func TestRefreshAfterAReadEndedReadsNothingMore(t *testing.T) {
+	c, store, clk, _ := newCached(t, "key-0")
+	current(t, c)
+	const rounds = 200
+	for r := 1; r <= rounds; r++ {
+		want := fmt.Sprintf("key-%d", r)
+		store.Set(id, want)
+		clk.Advance(5 * time.Second)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				runtime.Gosched()
+				if k, err := c.Refresh(context.Background()); err != nil || k.Current != want {
+					t.Errorf("round %d: %q, %v; want %q", r, k.Current, err, want)
+				}
+			})
+		}
+		wg.Wait()
+		if n := store.Reads(id); n != r+1 {
+			t.Fatalf("round %d: %d reads; want %d (one forced read a round)", r, n, r+1)
+		}
 	}
 }
 

@@ -1,0 +1,56 @@
+// Package orders tells downstream systems (stock, SMS, shipping) of each
+// flash-sale order's life: order.created, order.paid, order.expired and
+// payment.refund_required. Events go out at least once; a subscriber
+// de-duplicates them by Key (the order id and the event's type), as an
+// order has at most one event of each type.
+package orders
+
+import (
+	"context"
+	"time"
+
+	"github.com/hourglass/hourglass/shared/clock"
+)
+
+// Event types.
+const (
+	Created        = "order.created"
+	Paid           = "order.paid"
+	Expired        = "order.expired"
+	RefundRequired = "payment.refund_required"
+)
+
+// Event is one step of an order's life, in the one JSON form every
+// publisher sends.
+type Event struct {
+	Type       string `json:"type"`
+	OrderID    string `json:"order_id"`
+	PurchaseID string `json:"purchase_id"`
+	ItemID     string `json:"item_id"`
+	UserID     string `json:"user_id"`
+	Quantity   int    `json:"quantity"`
+	// Amount is a decimal string ("" for an item sold without a price);
+	// Currency its ISO 4217 code.
+	Amount   string `json:"amount"`
+	Currency string `json:"currency"`
+	// At is when the step happened (RFC 3339, UTC, milliseconds).
+	At string `json:"at"`
+}
+
+// Key is the event's de-duplication key: "<order id>:<type>".
+func (e Event) Key() string { return e.OrderID + ":" + e.Type }
+
+// Publisher sends events. A nil error means the event was accepted by the
+// channel; an error means it must be sent again (it may have gone out).
+type Publisher interface {
+	Publish(ctx context.Context, e Event) error
+}
+
+// PublisherFunc adapts a function to Publisher.
+type PublisherFunc func(ctx context.Context, e Event) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, e Event) error { return f(ctx, e) }
+
+// At formats t as an Event's At (the API's time layout).
+func At(t time.Time) string { return clock.Format(t) }

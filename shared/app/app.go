@@ -104,15 +104,20 @@ func Connect(cfg config.Config) (redis.UniversalClient, error) {
 // AUTH token is REDIS_URL's own.
 type Secrets struct {
 	Redis, Payout, Finance, Webhook secrets.Source
+	// Payments authenticates the payment provider's confirmations; Orders
+	// signs the order events' webhook.
+	Payments, Orders secrets.Source
 }
 
 // ConfiguredSecrets are cfg's secrets as constants: the local stack's, from
 // the environment.
 func ConfiguredSecrets(cfg config.Config) Secrets {
 	s := Secrets{
-		Payout:  secrets.Static{Current: string(cfg.PayoutSecret)},
-		Finance: secrets.Static{Current: string(cfg.FinanceSecret)},
-		Webhook: secrets.Static{Current: string(cfg.PayoutWebhookSecret)},
+		Payout:   secrets.Static{Current: string(cfg.PayoutSecret)},
+		Finance:  secrets.Static{Current: string(cfg.FinanceSecret)},
+		Webhook:  secrets.Static{Current: string(cfg.PayoutWebhookSecret)},
+		Payments: secrets.Static{Current: string(cfg.PaymentsWebhookSecret)},
+		Orders:   secrets.Static{Current: string(cfg.OrdersSecret)},
 	}
 	if cfg.RedisPassword != "" {
 		s.Redis = secrets.Static{Current: string(cfg.RedisPassword)}
@@ -135,6 +140,8 @@ func OpenSecrets(ctx context.Context, cfg config.Config, log *slog.Logger, api s
 		{cfg.PayoutSecretID, &s.Payout},
 		{cfg.FinanceSecretID, &s.Finance},
 		{cfg.WebhookSecretID, &s.Webhook},
+		{cfg.PaymentsSecretID, &s.Payments},
+		{cfg.OrdersSecretID, &s.Orders},
 	}
 	for _, w := range wanted {
 		if w.id == "" {
@@ -178,6 +185,8 @@ func ResolveSecrets(ctx context.Context, cfg *config.Config) error {
 		{cfg.PayoutSecretID, &cfg.PayoutSecret},
 		{cfg.FinanceSecretID, &cfg.FinanceSecret},
 		{cfg.WebhookSecretID, &cfg.PayoutWebhookSecret},
+		{cfg.PaymentsSecretID, &cfg.PaymentsWebhookSecret},
+		{cfg.OrdersSecretID, &cfg.OrdersSecret},
 	}
 	var api *secretsmanager.Client
 	for _, w := range wanted {

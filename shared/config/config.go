@@ -72,6 +72,17 @@ type Config struct {
 	FinanceSecret     Secret `env:"FINANCE_SIGNING_SECRET" envDefault:"dev-finance-secret"`
 	FinanceTopicARN   string `env:"FINANCE_TOPIC_ARN"`
 
+	// PaymentsWebhookSecret authenticates the payment provider's
+	// confirmations of flash-sale orders (POST /v1/webhooks/payments).
+	PaymentsWebhookSecret Secret `env:"PAYMENTS_WEBHOOK_SECRET" envDefault:"dev-payments-secret"`
+
+	// Order events (package orders): to the SNS topic ORDERS_TOPIC_ARN (AWS)
+	// and/or the webhook ORDERS_WEBHOOK_URL signed with
+	// ORDERS_SIGNING_SECRET; logged as JSON lines when neither is set.
+	OrdersWebhookURL string `env:"ORDERS_WEBHOOK_URL"`
+	OrdersSecret     Secret `env:"ORDERS_SIGNING_SECRET" envDefault:"dev-orders-secret"`
+	OrdersTopicARN   string `env:"ORDERS_TOPIC_ARN"`
+
 	// Secrets Manager secrets, each named by its name or complete ARN, that
 	// replace the setting they name in AWS: the Redis AUTH token, the payout
 	// and finance signing secrets, the provider callbacks' secret. Each is
@@ -81,6 +92,8 @@ type Config struct {
 	PayoutSecretID    string `env:"PAYOUT_SIGNING_SECRET_ID"`
 	FinanceSecretID   string `env:"FINANCE_SIGNING_SECRET_ID"`
 	WebhookSecretID   string `env:"PAYOUT_WEBHOOK_SECRET_ID"`
+	PaymentsSecretID  string `env:"PAYMENTS_WEBHOOK_SECRET_ID"`
+	OrdersSecretID    string `env:"ORDERS_SIGNING_SECRET_ID"`
 	// The former names of the first three, still accepted; the _ID name
 	// wins, and both set to different secrets is an error.
 	RedisAuthSecretARN string `env:"REDIS_AUTH_SECRET_ARN"`
@@ -415,7 +428,7 @@ func (c Config) problems() []problem {
 		bad("HOURGLASS_ADMIN_ROLE_ARNS", "%v", err)
 	}
 	for _, u := range []struct{ name, url string }{
-		{"PAYOUT_URL", c.PayoutURL}, {"FINANCE_WEBHOOK_URL", c.FinanceWebhookURL},
+		{"PAYOUT_URL", c.PayoutURL}, {"FINANCE_WEBHOOK_URL", c.FinanceWebhookURL}, {"ORDERS_WEBHOOK_URL", c.OrdersWebhookURL},
 	} {
 		if u.url == "" {
 			continue
@@ -460,6 +473,7 @@ func (c Config) Require(names ...string) error {
 	values := map[string]string{
 		"REDIS_URL": string(c.RedisURL), "PAYOUT_URL": c.PayoutURL, "WORK_QUEUE_URL": c.WorkQueueURL,
 		"FINANCE_TOPIC_ARN": c.FinanceTopicARN, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL,
+		"ORDERS_TOPIC_ARN": c.OrdersTopicARN, "ORDERS_WEBHOOK_URL": c.OrdersWebhookURL,
 	}
 	var errs []error
 	for _, n := range names {

@@ -23,28 +23,41 @@ const (
 
 // Metric names, shared with the CDK dashboard and alarms.
 const (
-	DueBacklog           = "DueBacklog"
-	DueNow               = "DueNow"
-	OldestDueLagMs       = "OldestDueLagMs"
-	Inflight             = "Inflight"
-	Dead                 = "Dead"
-	Claimed              = "Claimed"
-	Refused              = "Refused"
-	Reaped               = "Reaped"
-	DispatchLagMs        = "DispatchLagMs"
-	PayoutsPaid          = "PayoutsPaid"
-	PayoutsFailed        = "PayoutsFailed"
-	PayoutRetries        = "PayoutRetries"
-	PayoutsUnresolved    = "PayoutsUnresolved"
-	PayoutsRejected      = "PayoutsRejected"
-	PayoutCallbacks      = "PayoutCallbacks"
-	PayoutConflicts      = "PayoutConflicts"
-	ConsumerLagMs        = "ConsumerLagMs"
-	Admitted             = "Admitted"
-	Refusals             = "Refusals"
-	StockLeft            = "StockLeft"
-	OrdersConfirmed      = "OrdersConfirmed"
-	OrdersReleased       = "OrdersReleased"
+	DueBacklog        = "DueBacklog"
+	DueNow            = "DueNow"
+	OldestDueLagMs    = "OldestDueLagMs"
+	Inflight          = "Inflight"
+	Dead              = "Dead"
+	Claimed           = "Claimed"
+	Refused           = "Refused"
+	Reaped            = "Reaped"
+	DispatchLagMs     = "DispatchLagMs"
+	PayoutsPaid       = "PayoutsPaid"
+	PayoutsFailed     = "PayoutsFailed"
+	PayoutRetries     = "PayoutRetries"
+	PayoutsUnresolved = "PayoutsUnresolved"
+	PayoutsRejected   = "PayoutsRejected"
+	PayoutCallbacks   = "PayoutCallbacks"
+	PayoutConflicts   = "PayoutConflicts"
+	ConsumerLagMs     = "ConsumerLagMs"
+	Admitted          = "Admitted"
+	Refusals          = "Refusals"
+	StockLeft         = "StockLeft"
+	OrdersConfirmed   = "OrdersConfirmed"
+	OrdersReleased    = "OrdersReleased"
+	// OrdersPaid and OrdersExpired count flash-sale orders with a payment
+	// window as they end.
+	OrdersPaid    = "OrdersPaid"
+	OrdersExpired = "OrdersExpired"
+	// OrderExpiryFailures counts expiry jobs that failed (delivered again);
+	// an alarm watches it, as an order that does not expire holds its stock.
+	OrderExpiryFailures = "OrderExpiryFailures"
+	// PaymentMismatches counts payment confirmations whose amount or
+	// currency was not their order's (nothing paid; operators look).
+	PaymentMismatches = "PaymentMismatches"
+	// RefundsRequired counts payments that came for an order that had
+	// expired or was paid already: the money must go back.
+	RefundsRequired      = "RefundsRequired"
 	CompensationRequeued = "CompensationRequeued"
 	CompensationReleased = "CompensationReleased"
 	Reconciled           = "Reconciled"

@@ -178,6 +178,37 @@ func (l *faultLedger) VoidOrder(ctx context.Context, o seckill.Order) (bool, err
 	return ordered, err
 }
 
+func (l *faultLedger) FindOrder(ctx context.Context, o seckill.Order) (seckill.Order, error) {
+	var got seckill.Order
+	err := l.do("find "+o.ID, func() error {
+		var err error
+		got, err = l.inner.FindOrder(ctx, o)
+		return err
+	})
+	return got, err
+}
+
+func (l *faultLedger) SettlePayment(ctx context.Context, p seckill.Payment) (seckill.Order, seckill.PaymentResult, error) {
+	var o seckill.Order
+	var r seckill.PaymentResult
+	err := l.do("pay "+p.OrderID, func() error {
+		var err error
+		o, r, err = l.inner.SettlePayment(ctx, p)
+		return err
+	})
+	return o, r, err
+}
+
+func (l *faultLedger) ExpireOrder(ctx context.Context, o seckill.Order, now time.Time) (seckill.OrderEnd, error) {
+	var end seckill.OrderEnd
+	err := l.do("expire "+o.ID, func() error {
+		var err error
+		end, err = l.inner.ExpireOrder(ctx, o, now)
+		return err
+	})
+	return end, err
+}
+
 // scriptFaults is a go-redis hook that makes the reply of the next calls of
 // the flash sale's Lua scripts (by name) get lost, as armed: the script ran, and
 // go-redis runs it again with the same arguments, at once or (delayed) once
@@ -196,7 +227,7 @@ type scriptFault struct {
 }
 
 // modelScripts are the scripts a Redis fault may hit (redisFault's A).
-var modelScripts = []string{"admit.lua", "preheat.lua", "repair.lua", "settle.lua", "settle_order.lua", "take.lua", "unclaim.lua"}
+var modelScripts = []string{"admit.lua", "end_order.lua", "preheat.lua", "repair.lua", "settle.lua", "settle_order.lua", "take.lua", "unclaim.lua"}
 
 func newScriptFaults(t testing.TB) *scriptFaults {
 	t.Helper()

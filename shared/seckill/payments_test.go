@@ -191,6 +191,9 @@ func TestPaymentWindow(t *testing.T) {
 		if first.Status != seckill.Paid || first.RefundRequired || first.Replayed {
 			t.Fatalf("alice's payment: %+v", first)
 		}
+		if p := s.mine(t, "phone", "alice"); p.Status != seckill.Paid {
+			t.Fatalf("alice once her payment is answered: %s, want paid", p.Status)
+		}
 		again := s.pay(t, body)
 		if again.Status != seckill.Paid || again.Result != first.Result || !again.Replayed {
 			t.Fatalf("replay: %+v, want %+v replayed", again, first)
@@ -416,8 +419,14 @@ func TestPaymentRacesExpiry(t *testing.T) {
 			if payErr != nil || expErr != nil {
 				t.Fatalf("round %d: pay %v, expire %v", round, payErr, expErr)
 			}
-			s.run(t, item) // a redelivered expiry job, and the events
+			// Both answered: Redis follows the ledger already, whichever
+			// call decided.
 			got := s.mine(t, item, "alice")
+			if string(got.Status) != string(ans.Status) {
+				t.Fatalf("round %d: purchase %s, payment answered %s", round, got.Status, ans.Status)
+			}
+			s.run(t, item) // the events
+			got = s.mine(t, item, "alice")
 			st := s.stats(t, item)
 			switch got.Status {
 			case seckill.Paid:

@@ -209,13 +209,22 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 	err = p.ledger.CreateOrder(ctx, order)
 	switch {
 	case err == nil:
-		status, done, err := p.store.made(ctx, p.ledger, pur, order, now)
+		status, done, held, err := p.store.made(ctx, p.ledger, pur, order, now)
 		if err != nil && !errors.Is(err, ErrNoPurchase) {
 			return err
 		}
 		p.count(status, done)
 		if done {
 			log.Info("order made", "quantity", pur.Quantity, "status", status, "amount", order.Amount, "currency", order.Currency)
+		}
+		if status == AwaitingPayment && held.End != EndNone {
+			// Paid (or expired by a late payment) before Redis knew of the
+			// order: follow now rather than at the pay-by time.
+			got, err := p.store.purchase(ctx, item, shard, job)
+			if err != nil {
+				return err
+			}
+			return p.follow(ctx, got, held.End, now, log)
 		}
 		return nil
 	case errors.Is(err, ErrOrderVoided):
@@ -235,20 +244,21 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 // made ends reserved purchase pur, whose order o the ledger holds: confirmed,
 // or awaiting payment until the pay-by time the ledger has (an earlier
 // delivery may have made the order, at another time).
-func (s *Store) made(ctx context.Context, l OrderLedger, pur Purchase, o Order, now time.Time) (PurchaseStatus, bool, error) {
+// It returns the order as the ledger holds it too.
+func (s *Store) made(ctx context.Context, l OrderLedger, pur Purchase, o Order, now time.Time) (PurchaseStatus, bool, Order, error) {
 	to := Confirmed
 	if !o.PayBy.IsZero() {
 		held, err := l.FindOrder(ctx, o)
 		if err != nil {
-			return Reserved, false, fmt.Errorf("seckill: read order %s: %w", o.ID, err)
+			return Reserved, false, o, fmt.Errorf("seckill: read order %s: %w", o.ID, err)
 		}
 		o, to = held, AwaitingPayment
 	}
 	got, done, err := s.settleOrder(ctx, pur.ItemID, pur.Shard, jobOf(pur), to, o, now)
 	if err != nil {
-		return to, false, err
+		return to, false, o, err
 	}
-	return got.Status, done, nil
+	return got.Status, done, o, nil
 }
 
 func (p *OrderProcessor) count(status PurchaseStatus, done bool) {
@@ -403,7 +413,7 @@ func (s *Store) giveUp(ctx context.Context, l OrderLedger, pur Purchase, now tim
 	if err != nil {
 		return Reserved, false, fmt.Errorf("seckill: read order %s: %w", order.ID, err)
 	}
-	status, done, err := s.made(ctx, l, pur, held, now)
+	status, done, _, err := s.made(ctx, l, pur, held, now)
 	if errors.Is(err, ErrNoPurchase) {
 		return status, false, nil
 	}

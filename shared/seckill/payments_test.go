@@ -516,3 +516,38 @@ func TestEventsSurviveAPreheat(t *testing.T) {
 		}
 	})
 }
+
+// TestPaidBeforeRedisKnewOfTheOrder: the order was written to the ledger,
+// then the consumer died before Redis recorded it; the buyer paid in that
+// gap. The order job, delivered again, finds the order paid and ends the
+// purchase paid at once (not at its pay-by time), with no expiry left.
+func TestPaidBeforeRedisKnewOfTheOrder(t *testing.T) {
+	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
+		ctx := context.Background()
+		s := newPaySale(t, b)
+		s.preheat(t, "gap", 1, `,"price":"3","currency":"USD","payment_window_seconds":600`)
+		p, err := s.svc.Purchase(ctx, "gap", "alice", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := seckill.Order{ID: seckill.OrderID(p.ID), PurchaseID: p.ID, ItemID: "gap", UserID: "alice", Quantity: 1,
+			CreatedAt: s.clk.Now(), Amount: "3.00", Currency: "USD", PayBy: s.clk.Now().Add(10 * time.Minute)}
+		if err := b.ledger().CreateOrder(ctx, o); err != nil {
+			t.Fatal(err) // ...and the consumer dies here
+		}
+		if ans := s.pay(t, payBody("gap-1", o.ID, "succeeded", "3", "USD")); ans.Status != seckill.Paid {
+			t.Fatalf("payment: %+v", ans)
+		}
+		s.run(t, "gap")
+		if got := s.mine(t, "gap", "alice"); got.Status != seckill.Paid {
+			t.Fatalf("after the order job: %s, want paid", got.Status)
+		}
+		q, _ := s.store.Queue("gap", 1)
+		if st, err := q.Stats(ctx, s.clk.Now()); err != nil || st != (delayq.Stats{}) {
+			t.Fatalf("queue %+v %v, want no expiry left", st, err)
+		}
+		if st := s.stats(t, "gap"); st.Paid != 1 || st.AwaitingPayment != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}

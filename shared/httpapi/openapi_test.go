@@ -30,7 +30,6 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/seckill"
-	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -397,9 +396,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		wantStatus(t, sp.invoke(t, s, itemPayload(t, "seckill-purchase-me", "oa-pay", sub("oa-alice")), true), 200)
 		// Another address than the payout callbacks' above: the limit counts per source.
 		sign := func(raw string) []byte {
-			return payload(t, "webhook-payment", "", body(raw), func(ev *events.APIGatewayV2HTTPRequest) {
+			return signedPayload(t, "webhook-payment", paymentsSecret, raw, time.Time{}, func(ev *events.APIGatewayV2HTTPRequest) {
 				ev.RequestContext.HTTP.SourceIP = "198.51.100.77"
-			}, header("x-hourglass-signature", signature.Sign([]byte(paymentsSecret), time.Now(), []byte(raw))))
+			})
 		}
 		wantStatus(t, sp.invoke(t, s, sign(paymentBody("oa-p1", ids[0], "succeeded", "4999.00", "CNY")), true), 200)
 		wantStatus(t, sp.invoke(t, s, itemPayload(t, "seckill-purchase-me", "oa-pay", sub("oa-alice")), true), 200)

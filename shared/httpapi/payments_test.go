@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/hourglass/hourglass/shared/seckill"
-	"github.com/hourglass/hourglass/shared/signature"
 )
 
 // paymentsSecret is PAYMENTS_WEBHOOK_SECRET's default, which newStack leaves.
@@ -19,10 +18,7 @@ const paymentsSecret = "dev-payments-secret"
 // (zero: now) with secret.
 func paymentCall(t *testing.T, secret, raw string, at time.Time) []byte {
 	t.Helper()
-	if at.IsZero() {
-		at = time.Now()
-	}
-	return payload(t, "webhook-payment", "", body(raw), header("x-hourglass-signature", signature.Sign([]byte(secret), at, []byte(raw))))
+	return signedPayload(t, "webhook-payment", secret, raw, at)
 }
 
 func paymentBody(event, order, status, amount, currency string) string {

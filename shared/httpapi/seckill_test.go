@@ -258,21 +258,7 @@ func (s *stack) makeOrders(t *testing.T, item string, now time.Time) []delayq.Jo
 		t.Fatalf("no order job of %s is due", item)
 	}
 	_, tmpl := orderFixture(t)
-	ev := events.SQSEvent{}
-	for i, j := range c.Jobs {
-		b, err := json.Marshal(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := tmpl.Records[0]
-		r.MessageId, r.Body = fmt.Sprintf("order-%02d", i), string(b)
-		ev.Records = append(ev.Records, r)
-	}
-	payload, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed := s.consume(t, payload, true); len(failed) != 0 {
+	if failed := s.consume(t, sqsBatch(t, c.Jobs, tmpl.Records[0], "order"), true); len(failed) != 0 {
 		t.Fatalf("order jobs failed: %v\n%s", failed, s.log.String())
 	}
 	s.drainJobs(t, q, tmpl.Records[0])
@@ -285,6 +271,27 @@ func (s *stack) makeOrders(t *testing.T, item string, now time.Time) []delayq.Jo
 		t.Errorf("order queue after the consumer: %+v, want nothing due or in flight (every job acked)", st)
 	}
 	return c.Jobs
+}
+
+// sqsBatch is the SQS event of jobs, one message each shaped like rec, with
+// message ids "<prefix>-<nn>".
+func sqsBatch(t *testing.T, jobs []delayq.Job, rec events.SQSMessage, prefix string) []byte {
+	t.Helper()
+	ev := events.SQSEvent{}
+	for i, j := range jobs {
+		b, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rec
+		r.MessageId, r.Body = fmt.Sprintf("%s-%02d", prefix, i), string(b)
+		ev.Records = append(ev.Records, r)
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
 }
 
 // drainJobs feeds every job of q due by the system clock (the order events
@@ -300,21 +307,7 @@ func (s *stack) drainJobs(t *testing.T, q *delayq.Queue, rec events.SQSMessage) 
 		if len(c.Jobs) == 0 {
 			return
 		}
-		ev := events.SQSEvent{}
-		for i, j := range c.Jobs {
-			b, err := json.Marshal(j)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := rec
-			r.MessageId, r.Body = fmt.Sprintf("job-%02d", i), string(b)
-			ev.Records = append(ev.Records, r)
-		}
-		payload, err := json.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if failed := s.consume(t, payload, true); len(failed) != 0 {
+		if failed := s.consume(t, sqsBatch(t, c.Jobs, rec, "job"), true); len(failed) != 0 {
 			t.Fatalf("jobs failed: %v\n%s", failed, s.log.String())
 		}
 	}

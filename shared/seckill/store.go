@@ -397,12 +397,18 @@ func (s *Store) settleOrder(ctx context.Context, item string, n int, j orderJob,
 	if err != nil {
 		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
 	}
+	return settled(item, n, j.pid, res)
+}
+
+// settled reads the {code, record} answer of settle_order.lua and
+// end_order.lua: the record after, and whether this call changed it.
+func settled(item string, n int, pid string, res []any) (Purchase, bool, error) {
 	code, _ := res[0].(int64)
 	if code == 0 {
 		return Purchase{}, false, ErrNoPurchase
 	}
 	rec, _ := res[1].(string)
-	p, err := decodePurchase(item, n, j.pid, rec)
+	p, err := decodePurchase(item, n, pid, rec)
 	return p, code == 1, err
 }
 
@@ -423,14 +429,9 @@ func (s *Store) endOrder(ctx context.Context, pur Purchase, to PurchaseStatus, n
 	if err != nil {
 		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
 	}
-	code, _ := res[0].(int64)
-	if code == 0 {
-		return Purchase{}, false, ErrNoPurchase
-	}
-	rec, _ := res[1].(string)
-	p, err := decodePurchase(pur.ItemID, pur.Shard, j.pid, rec)
+	p, done, err := settled(pur.ItemID, pur.Shard, j.pid, res)
 	p.Amount, p.Currency = pur.Amount, pur.Currency
-	return p, code == 1, err
+	return p, done, err
 }
 
 // enqueueEvent queues an event job of shard n, due at, unless it is queued.

@@ -15,7 +15,7 @@
 --     its record (see settle_order.lua);
 --   * the common case, a buyer's first purchase inside the window with stock
 --     and room in the backlog (ARGV[13] = "1" when the caller's settings say
---     so), is four commands: ZCARD, HINCRBY, HSETNX, ZADD. Anything else undoes
+--     so), is four commands: ZCOUNT, HINCRBY, HSETNX, ZADD. Anything else undoes
 --     the HINCRBY and takes the general path.
 --
 -- KEYS[1] -> item shard meta (hash: version, left:<version>, ...)

@@ -2,10 +2,8 @@ package finance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
@@ -18,9 +16,6 @@ var _ withdrawal.Notifier = (*Webhook)(nil)
 
 // DefaultWebhookTimeout bounds one webhook call when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
-
-// maxErrorBody bounds how much of a response body goes into an error.
-const maxErrorBody = 512
 
 // WebhookConfig configures a Webhook.
 type WebhookConfig struct {
@@ -73,34 +68,8 @@ func (h *Webhook) Notify(ctx context.Context, m withdrawal.Processed) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.endpoint.Post(ctx, body, m.WithdrawalID)
-	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
-		h.endpoint.Rekeyed(ctx, resp) {
-		resp, err = h.endpoint.Post(ctx, body, m.WithdrawalID)
-	}
-	if err != nil {
+	if err := h.endpoint.Deliver(ctx, body, m.WithdrawalID); err != nil {
 		return fmt.Errorf("finance: webhook %s: %w", m.WithdrawalID, err)
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
-	}
-	msg := fmt.Sprintf("finance: webhook %s: %s answered %s", m.WithdrawalID, h.endpoint.Where(), resp.Status)
-	if loc := resp.Redirect(); loc != "" {
-		msg += fmt.Sprintf(" (redirect to %q not followed)", loc)
-	}
-	if snippet := excerpt(resp.Text()); snippet != "" {
-		msg += fmt.Sprintf(": %q", snippet)
-	} else if resp.BodyErr != nil {
-		msg += fmt.Sprintf(" (reading body: %v)", resp.BodyErr)
-	}
-	return errors.New(msg)
-}
-
-// excerpt trims a (scrubbed) response body for an error.
-func excerpt(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > maxErrorBody {
-		s = strings.ToValidUTF8(s[:maxErrorBody], "") + "…"
-	}
-	return s
+	return nil
 }

@@ -283,6 +283,49 @@ func (e *Endpoint) Rekeyed(ctx context.Context, r Response) bool {
 	return err == nil && k.Current != "" && k.Current != r.key
 }
 
+// maxErrorBody bounds how much of an answer's body goes into Deliver's error.
+const maxErrorBody = 512
+
+// Deliver POSTs body, signed, under idempotencyKey and reports whether the
+// server took it: nil for a 2xx. A 401 or 403 is sent once more, signed
+// anew, if the key read again differs (Rekeyed): the server moved to a new
+// key before we did. Any other answer is an error naming the status, a
+// redirect not followed and an excerpt of the (scrubbed) body; no answer is
+// the *PostError. It suits receivers that de-duplicate by the key, for whom
+// an error only means "send it again later".
+func (e *Endpoint) Deliver(ctx context.Context, body []byte, idempotencyKey string) error {
+	resp, err := e.Post(ctx, body, idempotencyKey)
+	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
+		e.Rekeyed(ctx, resp) {
+		resp, err = e.Post(ctx, body, idempotencyKey)
+	}
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s answered %s", e.where, resp.Status)
+	if loc := resp.Redirect(); loc != "" {
+		msg += fmt.Sprintf(" (redirect to %q not followed)", loc)
+	}
+	if snippet := excerpt(resp.Text()); snippet != "" {
+		msg += fmt.Sprintf(": %q", snippet)
+	} else if resp.BodyErr != nil {
+		msg += fmt.Sprintf(" (reading body: %v)", resp.BodyErr)
+	}
+	return errors.New(msg)
+}
+
+// excerpt trims a (scrubbed) response body for an error.
+func excerpt(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxErrorBody {
+		s = strings.ToValidUTF8(s[:maxErrorBody], "") + "…"
+	}
+	return s
+}
+
 // drain reads what is left of a body, within bounds, so the connection can be
 // reused; past the bound, closing drops the connection instead.
 func drain(body io.ReadCloser) {

@@ -85,6 +85,9 @@ type App struct {
 	// (OpenSecrets, set by ForLambda).
 	Secrets Secrets
 
+	// lambda: built by ForLambda, where no channel may fall back to a log.
+	lambda bool
+
 	scheduled atomic.Pointer[func(time.Time)]
 
 	mu          sync.Mutex
@@ -673,6 +676,7 @@ func ForLambda(require ...string) *App {
 		Fatal(log, "wiring", err)
 	}
 	a.Secrets = sec
+	a.lambda = true
 	a.EmitMetricsTo(os.Stdout)
 	return a
 }

@@ -193,6 +193,9 @@ func (s *HourglassStack) createMonitoring() {
 				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth,
 					s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("finance dead-letter queue"),
+					}),
+					s.OrdersDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("orders dead-letter queue"),
 					}))),
 				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries),
 					sum(metrics.PayoutsUnresolved), sum(metrics.PayoutsRejected), sum(metrics.PayoutConflicts)}),
@@ -366,6 +369,31 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			Threshold:         jsii.Number(0),
 			EvaluationPeriods: jsii.Number(1),
 		})
+	alarm("OrderEventDeliveryFailuresAlarm",
+		"SNS failed to deliver order events to a subscription (the orders queue, an HTTPS endpoint): they are in the orders dead-letter queue.",
+		&awscloudwatch.AlarmProps{
+			Metric: s.OrdersTopic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Sum"), Period: minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("OrdersDeadLetterQueueAlarm",
+		"Order events sit in the orders dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
+			"stock, SMS and shipping have not got them. Fix the cause, then move them to the orders queue.",
+		&awscloudwatch.AlarmProps{
+			Metric: s.OrdersDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Maximum"), Period: minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	// An unpaid order whose expiry fails keeps its stock from the sale and
+	// may still be paid after pay_by: the job retries, a person looks.
+	alarm("OrderExpiryFailuresAlarm",
+		"Expiring unpaid flash-sale orders failed: those orders stay awaiting payment past pay_by and their units stay off sale "+
+			"until an expiry succeeds. See the consumer's logs for the failing dependency.",
+		&awscloudwatch.AlarmProps{Metric: sum(metrics.OrderExpiryFailures), Threshold: jsii.Number(0), EvaluationPeriods: jsii.Number(1)})
 	// One alarm per shard, on its fullest node (primary or replica).
 	for i, shard := range s.redisNodeClusters {
 		using := map[string]awscloudwatch.IMetric{}

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/hourglass/hourglass/shared/metrics"
@@ -350,44 +352,36 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			Threshold:         jsii.Number(deadLetterAgeSeconds),
 			EvaluationPeriods: jsii.Number(1),
 		})
-	alarm("FinanceDeliveryFailuresAlarm",
-		"SNS failed to deliver finance messages to a subscription (the finance queue, an e-mail): they are in the finance dead-letter queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.FinanceTopic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
+	// A topic with a durable subscriber (messaging.go): SNS failing to
+	// deliver, and what it or the reader gave up on.
+	undelivered := func(deliveryID, deliveryDesc string, topic awssns.Topic, dlqID, dlqDesc string, dlq awssqs.Queue) {
+		alarm(deliveryID, deliveryDesc, &awscloudwatch.AlarmProps{
+			Metric: topic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
 				Statistic: jsii.String("Sum"), Period: minute,
 			}),
 			Threshold:         jsii.Number(0),
 			EvaluationPeriods: jsii.Number(1),
 		})
-	alarm("FinanceDeadLetterQueueAlarm",
+		alarm(dlqID, dlqDesc, &awscloudwatch.AlarmProps{
+			Metric: dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Maximum"), Period: minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	}
+	undelivered("FinanceDeliveryFailuresAlarm",
+		"SNS failed to deliver finance messages to a subscription (the finance queue, an e-mail): they are in the finance dead-letter queue.",
+		s.FinanceTopic, "FinanceDeadLetterQueueAlarm",
 		"Finance messages sit in the finance dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
 			"finance has not got them. Fix the cause, then redrive them to the finance queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
-				Statistic: jsii.String("Maximum"), Period: minute,
-			}),
-			Threshold:         jsii.Number(0),
-			EvaluationPeriods: jsii.Number(1),
-		})
-	alarm("OrderEventDeliveryFailuresAlarm",
+		s.FinanceDeadLetterQueue)
+	undelivered("OrderEventDeliveryFailuresAlarm",
 		"SNS failed to deliver order events to a subscription (the orders queue, an HTTPS endpoint): they are in the orders dead-letter queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.OrdersTopic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
-				Statistic: jsii.String("Sum"), Period: minute,
-			}),
-			Threshold:         jsii.Number(0),
-			EvaluationPeriods: jsii.Number(1),
-		})
-	alarm("OrdersDeadLetterQueueAlarm",
+		s.OrdersTopic, "OrdersDeadLetterQueueAlarm",
 		"Order events sit in the orders dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
 			"stock, SMS and shipping have not got them. Fix the cause, then move them to the orders queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.OrdersDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
-				Statistic: jsii.String("Maximum"), Period: minute,
-			}),
-			Threshold:         jsii.Number(0),
-			EvaluationPeriods: jsii.Number(1),
-		})
+		s.OrdersDeadLetterQueue)
 	// An unpaid order whose expiry fails keeps its stock from the sale and
 	// may still be paid after pay_by: the job retries, a person looks.
 	alarm("OrderExpiryFailuresAlarm",

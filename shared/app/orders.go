@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 
 	"github.com/hourglass/hourglass/shared/orders"
+	"github.com/hourglass/hourglass/shared/snstopic"
 )
 
 // orderPublisher returns the order events' channel, chosen as Notifier
@@ -16,34 +17,48 @@ import (
 // on the local stack and an error in a Lambda function: downstream must
 // receive every event, and a log line in CloudWatch reaches no one.
 func (a *App) orderPublisher(ctx context.Context) (orders.Publisher, error) {
-	var all orders.All
-	if a.Config.OrdersTopicARN != "" {
-		awsCfg, err := AWSConfig(ctx)
-		if err != nil {
-			return nil, err
-		}
-		topic, err := orders.NewSNS(sns.NewFromConfig(awsCfg), a.Config.OrdersTopicARN)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, topic)
-	}
-	if a.Config.OrdersWebhookURL != "" {
-		hook, err := orders.NewWebhook(orders.WebhookConfig{
-			URL: a.Config.OrdersWebhookURL, Keys: a.Secrets.Orders, Clock: a.Clock,
-		})
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, hook)
+	all, err := channels(ctx, a.Config.OrdersTopicARN, func(api snstopic.API) (orders.Publisher, error) {
+		return orders.NewSNS(api, a.Config.OrdersTopicARN)
+	}, a.Config.OrdersWebhookURL, func() (orders.Publisher, error) {
+		return orders.NewWebhook(orders.WebhookConfig{URL: a.Config.OrdersWebhookURL, Keys: a.Secrets.Orders, Clock: a.Clock})
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case len(all) == 1:
 		return all[0], nil
 	case len(all) > 1:
-		return all, nil
+		return orders.All(all), nil
 	case !a.lambda:
 		return orders.NewLog(a.Log), nil
 	}
 	return nil, errors.New("app: set ORDERS_TOPIC_ARN or ORDERS_WEBHOOK_URL: downstream must receive every order event")
+}
+
+// channels builds the channels of one kind of message, in the order they
+// are told: its topic when topicARN is set (through the SDK's client of the
+// environment), then its webhook when hookURL is set.
+func channels[T any](ctx context.Context, topicARN string, topic func(snstopic.API) (T, error),
+	hookURL string, hook func() (T, error)) ([]T, error) {
+	var all []T
+	if topicARN != "" {
+		awsCfg, err := AWSConfig(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t, err := topic(sns.NewFromConfig(awsCfg))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, t)
+	}
+	if hookURL != "" {
+		h, err := hook()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, h)
+	}
+	return all, nil
 }

@@ -3,11 +3,8 @@ package finance
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/hourglass/hourglass/shared/clock"
-	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -17,25 +14,10 @@ var _ withdrawal.Notifier = (*Webhook)(nil)
 // DefaultWebhookTimeout bounds one webhook call when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
 
-// WebhookConfig configures a Webhook.
-type WebhookConfig struct {
-	// URL receives the POST (FINANCE_WEBHOOK_URL).
-	URL string
-	// Secret signs every body (FINANCE_SIGNING_SECRET).
-	Secret []byte
-	// Keys, if set, replaces Secret (FINANCE_SIGNING_SECRET_ID): each message
-	// is signed with its current key (finance accepts both keys while it
-	// rotates), and one refused with 401 or 403 is sent once more if the
-	// secret read again holds another key.
-	Keys secrets.Source
-	// Timeout bounds one call; 0 means DefaultWebhookTimeout.
-	Timeout time.Duration
-	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
-	// and the copy never follows redirects.
-	HTTPClient *http.Client
-	// Clock stamps signatures; nil means clock.System.
-	Clock clock.Clock
-}
+// WebhookConfig configures a Webhook: the URL is FINANCE_WEBHOOK_URL, the
+// secret FINANCE_SIGNING_SECRET (or its Keys, FINANCE_SIGNING_SECRET_ID), and a
+// zero Timeout means DefaultWebhookTimeout.
+type WebhookConfig = signedpost.WebhookConfig
 
 // Webhook POSTs each message, signed, to finance's URL. Anything but a 2xx
 // answer is an error, so the caller retries.
@@ -45,17 +27,7 @@ type Webhook struct {
 
 // NewWebhook checks cfg and returns a Webhook.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
-	e, err := signedpost.New(signedpost.Options{
-		Name:           "finance",
-		Party:          "webhook",
-		URL:            cfg.URL,
-		Secret:         cfg.Secret,
-		Keys:           cfg.Keys,
-		Timeout:        cfg.Timeout,
-		DefaultTimeout: DefaultWebhookTimeout,
-		HTTPClient:     cfg.HTTPClient,
-		Clock:          cfg.Clock,
-	})
+	e, err := cfg.Webhook("finance", DefaultWebhookTimeout)
 	if err != nil {
 		return nil, err
 	}

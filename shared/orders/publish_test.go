@@ -110,7 +110,7 @@ func TestLogWritesOneJSONLinePerEvent(t *testing.T) {
 
 func TestLogConcurrentPublishWritesWholeLines(t *testing.T) {
 	const n = 64
-	var buf syncBuffer
+	var buf bytes.Buffer // not safe for concurrent use: -race checks slog's handler locks
 	l := NewLog(slog.New(slog.NewJSONHandler(&buf, nil)))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -139,43 +139,9 @@ func TestLogConcurrentPublishWritesWholeLines(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes, so only a
-// record split over two writes can tear a line.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
-
-// received is what a test server saw of one request.
-type received struct {
-	method string
-	header http.Header
-	body   []byte
-}
-
-func newServer(t *testing.T, handler http.HandlerFunc) (*httptest.Server, <-chan received) {
-	t.Helper()
-	got := make(chan received, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		got <- received{method: r.Method, header: r.Header.Clone(), body: body}
-		handler(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, got
-}
-
 func TestWebhookSendsSignedEvent(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	srv, got := newServer(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	srv, got := fakes.NewRecorder(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	h, err := NewWebhook(WebhookConfig{URL: srv.URL + "/orders", Secret: testSecret, Clock: clock.NewFake(now)})
 	if err != nil {
 		t.Fatal(err)
@@ -186,19 +152,19 @@ func TestWebhookSendsSignedEvent(t *testing.T) {
 	}
 	r := <-got
 	want, _ := json.Marshal(e)
-	if r.method != http.MethodPost || string(r.body) != string(want) {
-		t.Errorf("%s %s, want POST %s", r.method, r.body, want)
+	if r.Method != http.MethodPost || string(r.Body) != string(want) {
+		t.Errorf("%s %s, want POST %s", r.Method, r.Body, want)
 	}
 	for name, want := range map[string]string{"Content-Type": "application/json", "Idempotency-Key": "o_1:order.paid"} {
-		if got := r.header.Get(name); got != want {
+		if got := r.Header.Get(name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	sig := r.header.Get(signature.Header)
-	if err := signature.Verify(testSecret, sig, r.body, now, 5*time.Minute); err != nil {
+	sig := r.Header.Get(signature.Header)
+	if err := signature.Verify(testSecret, sig, r.Body, now, 5*time.Minute); err != nil {
 		t.Errorf("signature.Verify: %v", err)
 	}
-	if err := signature.Verify([]byte("another secret"), sig, r.body, now, 5*time.Minute); err == nil {
+	if err := signature.Verify([]byte("another secret"), sig, r.Body, now, 5*time.Minute); err == nil {
 		t.Error("signature verifies under another secret")
 	}
 }
@@ -214,7 +180,7 @@ func TestWebhookStatus(t *testing.T) {
 		{http.StatusInternalServerError, false}, {http.StatusServiceUnavailable, false},
 	} {
 		t.Run(http.StatusText(tt.status), func(t *testing.T) {
-			srv, got := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv, got := fakes.NewRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 				if tt.status == http.StatusFound {
 					w.Header().Set("Location", "http://elsewhere.invalid/")
 				}
@@ -246,7 +212,7 @@ func TestWebhookStatus(t *testing.T) {
 
 func TestWebhookTimeoutIsAnError(t *testing.T) {
 	release := make(chan struct{})
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv, _ := fakes.NewRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-release:

@@ -3,11 +3,8 @@ package orders
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/hourglass/hourglass/shared/clock"
-	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 )
 
@@ -16,24 +13,10 @@ var _ Publisher = (*Webhook)(nil)
 // DefaultWebhookTimeout bounds one webhook call when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
 
-// WebhookConfig configures a Webhook.
-type WebhookConfig struct {
-	// URL receives the POST (ORDERS_WEBHOOK_URL).
-	URL string
-	// Secret signs every body (ORDERS_SIGNING_SECRET).
-	Secret []byte
-	// Keys, if set, replaces Secret (ORDERS_SIGNING_SECRET_ID): each event
-	// is signed with its current key, and one refused with 401 or 403 is
-	// sent once more if the secret read again holds another key.
-	Keys secrets.Source
-	// Timeout bounds one call; 0 means DefaultWebhookTimeout.
-	Timeout time.Duration
-	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
-	// and the copy never follows redirects.
-	HTTPClient *http.Client
-	// Clock stamps signatures; nil means clock.System.
-	Clock clock.Clock
-}
+// WebhookConfig configures a Webhook: the URL is ORDERS_WEBHOOK_URL, the
+// secret ORDERS_SIGNING_SECRET (or its Keys, ORDERS_SIGNING_SECRET_ID), and a
+// zero Timeout means DefaultWebhookTimeout.
+type WebhookConfig = signedpost.WebhookConfig
 
 // Webhook POSTs each event, signed (X-Hourglass-Signature) and with its Key
 // as Idempotency-Key, to the downstream URL. Anything but a 2xx answer is an
@@ -44,17 +27,7 @@ type Webhook struct {
 
 // NewWebhook checks cfg and returns a Webhook.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
-	e, err := signedpost.New(signedpost.Options{
-		Name:           "orders",
-		Party:          "webhook",
-		URL:            cfg.URL,
-		Secret:         cfg.Secret,
-		Keys:           cfg.Keys,
-		Timeout:        cfg.Timeout,
-		DefaultTimeout: DefaultWebhookTimeout,
-		HTTPClient:     cfg.HTTPClient,
-		Clock:          cfg.Clock,
-	})
+	e, err := cfg.Webhook("orders", DefaultWebhookTimeout)
 	if err != nil {
 		return nil, err
 	}

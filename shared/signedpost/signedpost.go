@@ -283,6 +283,43 @@ func (e *Endpoint) Rekeyed(ctx context.Context, r Response) bool {
 	return err == nil && k.Current != "" && k.Current != r.key
 }
 
+// WebhookConfig configures a webhook we deliver to (finance's, the order
+// events'): a receiver that takes each message once by its key.
+type WebhookConfig struct {
+	// URL receives the POSTs (FINANCE_WEBHOOK_URL, ORDERS_WEBHOOK_URL).
+	URL string
+	// Secret signs every body (FINANCE_SIGNING_SECRET, ORDERS_SIGNING_SECRET).
+	Secret []byte
+	// Keys, if set, replaces Secret (the *_SIGNING_SECRET_ID): each message
+	// is signed with its current key (the receiver accepts both keys while
+	// it rotates), and one refused with 401 or 403 is sent once more if the
+	// secret read again holds another key (Deliver).
+	Keys secrets.Source
+	// Timeout bounds one call; 0 means the receiver's default.
+	Timeout time.Duration
+	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
+	// and the copy never follows redirects.
+	HTTPClient *http.Client
+	// Clock stamps signatures; nil means clock.System.
+	Clock clock.Clock
+}
+
+// Webhook checks c and returns its Endpoint; name words the errors
+// ("<name>: webhook url …") and defaultTimeout stands for a zero Timeout.
+func (c WebhookConfig) Webhook(name string, defaultTimeout time.Duration) (*Endpoint, error) {
+	return New(Options{
+		Name:           name,
+		Party:          "webhook",
+		URL:            c.URL,
+		Secret:         c.Secret,
+		Keys:           c.Keys,
+		Timeout:        c.Timeout,
+		DefaultTimeout: defaultTimeout,
+		HTTPClient:     c.HTTPClient,
+		Clock:          c.Clock,
+	})
+}
+
 // maxErrorBody bounds how much of an answer's body goes into Deliver's error.
 const maxErrorBody = 512
 

@@ -214,7 +214,7 @@ func (s *HourglassStack) createMonitoring() {
 				}),
 				graph("Flash sale: admissions and orders", 6, []awscloudwatch.IMetric{
 					sum(metrics.Admitted), sum(metrics.OrdersConfirmed), sum(metrics.OrdersReleased),
-					sum(metrics.CompensationRequeued), sum(metrics.CompensationReleased),
+					sum(metrics.CompensationRequeued), sum(metrics.CompensationReleased), sum(metrics.OrderExpiryFailures),
 				}),
 				graph("Flash sale: refusals by reason", 6, refusals),
 				graph("Flash sale: stock left by item", 6, []awscloudwatch.IMetric{stockLeft}),

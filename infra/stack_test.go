@@ -664,6 +664,8 @@ func TestDashboard(t *testing.T) {
 		metrics.CompensationRequeued, metrics.CompensationReleased,
 		`\"AWS/Lambda\",\"Errors\"`, `\"AWS/Lambda\",\"Duration\"`, "ApproximateNumberOfMessagesVisible",
 		"DatabaseMemoryUsagePercentage", `\"Queue\",\"withdrawals\"`, `\"Queue\",\"seckill\"`, "backlog_full",
+		// Order events undelivered, and expiries of unpaid orders that fail.
+		"orders dead-letter queue", metrics.OrderExpiryFailures,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("dashboard lacks %s", want)

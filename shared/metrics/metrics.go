@@ -49,6 +49,10 @@ const (
 	CompensationReleased = "CompensationReleased"
 	Reconciled           = "Reconciled"
 	PollerFailures       = "PollerFailures"
+	// OrderExpiryFailures counts expiry jobs of unpaid flash-sale orders
+	// that failed (the consumer emits it); the order stays awaiting payment
+	// and its stock held until one succeeds.
+	OrderExpiryFailures = "OrderExpiryFailures"
 )
 
 // maxValues is EMF's limit of values per metric in one line.

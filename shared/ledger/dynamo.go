@@ -535,12 +535,36 @@ func (d *Dynamo) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withd
 	case w.UserID != r.UserID:
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 	case ok:
-		d.schedule(ctx, w, r.Now)
+		d.reschedule(ctx, w, r.Now, func() error {
+			if w.DueAt.After(r.Now.Add(d.opts.Horizon)) {
+				_, err := d.q.Cancel(ctx, w.Shard, w.ID) // the reconciler promotes it nearer the time
+				return err
+			}
+			return d.q.Add(ctx, w.Shard, w.ID, w.DueAt)
+		})
 		return w, nil
 	case r.IfRevision != nil && w.Revision != *r.IfRevision:
 		return rescheduled(4, w)
 	}
 	return rescheduled(3, w)
+}
+
+// reschedule moves w's job with move (to w's new time, which may be later
+// than the job's), then reads the record again: a write of another due time
+// that landed in the ledger meanwhile (a reschedule, a retry) may have
+// reached Redis before move, and must not be left standing later than the
+// record. Every writer of a due time does the same, so the last to read
+// leaves a job due by the record's time (or earlier: Begin puts that back).
+func (d *Dynamo) reschedule(ctx context.Context, w withdrawal.Withdrawal, now time.Time, move func() error) {
+	if err := move(); err != nil {
+		d.log.Warn("withdrawal rescheduled in the ledger, not in Redis; the reconciler will", "withdrawal_id", w.ID,
+			"error", err.Error())
+		return
+	}
+	cur, found, err := d.load(ctx, w.ID)
+	if err == nil && found && (cur.Status == withdrawal.Scheduled || cur.Status == withdrawal.Retrying) && !cur.DueAt.Equal(w.DueAt) {
+		d.schedule(ctx, cur, now)
+	}
 }
 
 // revisionIs is the condition that the record is at revision rev (one
@@ -692,16 +716,7 @@ func (d *Dynamo) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, 
 	if !ok {
 		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
 	}
-	if err := d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At); err != nil {
-		d.log.Warn("retry recorded but not scheduled; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
-		return w, nil
-	}
-	// A reschedule may have moved the record (retrying now) since our write
-	// and written Redis before us: our schedule must not stand later than
-	// the record's time.
-	if cur, found, err := d.load(ctx, ref.ID); err == nil && found && cur.DueAt.Before(r.At) {
-		d.schedule(ctx, cur, r.Now)
-	}
+	d.reschedule(ctx, w, r.Now, func() error { return d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At) })
 	return w, nil
 }
 

@@ -216,7 +216,9 @@ func testRescheduleDropsClaim(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, isRedis := b.Ledger.(interface{ PurgeExpiredKeys(context.Context, time.Time) (int, error) }); isRedis && st.Inflight != 0 {
+	if _, isRedis := b.Ledger.(interface {
+		PurgeExpiredKeys(context.Context, time.Time) (int, error)
+	}); isRedis && st.Inflight != 0 {
 		t.Fatalf("the old claim is still leased: %+v", st)
 	}
 	// Its lease runs out: nothing comes back before the new time.

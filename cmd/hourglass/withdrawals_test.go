@@ -53,22 +53,13 @@ func TestReschedule(t *testing.T) {
 	if !strings.Contains(out, id2+" rescheduled from "+c.body["due_at"].(string)+" to "+later+" by jane") {
 		t.Fatalf("reschedule said %q", out)
 	}
-	var v struct {
-		Status, DueAt                           string
-		RescheduledBy, RescheduleReason, UserID string
-		RescheduledFrom                         string
-	}
-	var raw map[string]any
-	okJSON(t, env, &raw, "withdrawals", "show", id2, "--json")
-	v.Status, _ = raw["status"].(string)
-	v.DueAt, _ = raw["due_at"].(string)
-	v.RescheduledBy, _ = raw["rescheduled_by"].(string)
-	v.RescheduleReason, _ = raw["reschedule_reason"].(string)
-	v.UserID, _ = raw["user_id"].(string)
-	v.RescheduledFrom, _ = raw["rescheduled_from"].(string)
-	if v.Status != "scheduled" || v.DueAt != later || v.RescheduledBy != "jane" || v.RescheduleReason != "fraud review (ticket 4411)" ||
-		v.UserID != "bob" || v.RescheduledFrom != c.body["due_at"] {
-		t.Fatalf("show: %v", raw)
+	var v map[string]any
+	okJSON(t, env, &v, "withdrawals", "show", id2, "--json")
+	for k, want := range map[string]any{"status": "scheduled", "due_at": later, "rescheduled_by": "jane",
+		"reschedule_reason": "fraud review (ticket 4411)", "user_id": "bob", "rescheduled_from": c.body["due_at"]} {
+		if v[k] != want {
+			t.Errorf("show: %s is %v, want %v", k, v[k], want)
+		}
 	}
 	user := s.do("GET", "/v1/withdrawals/"+id2, "bob", nil, "")
 	if user.body["due_at"] != later || strings.Contains(string(user.raw), "fraud") || strings.Contains(string(user.raw), "jane") {

@@ -910,6 +910,16 @@ func fixed(name, id string, mods ...mod) func(t *testing.T, s *stack) []byte {
 	return func(t *testing.T, _ *stack) []byte { return payload(t, name, id, mods...) }
 }
 
+// whileProcessing is a request of fixture for a withdrawal (made with
+// Idempotency-Key k) that the payout step has.
+func whileProcessing(fixture, k string) func(t *testing.T, s *stack) []byte {
+	return func(t *testing.T, s *stack) []byte {
+		v, _ := s.create(t, key(k), body(`{"amount":"5","currency":"CNY","destination":"d","delay_seconds":0}`))
+		begin(t, s, fixtureUser, v.ID)
+		return rawFixtureFor(t, fixture, v.ID)
+	}
+}
+
 // resched is a reschedule of a withdrawal of the fixture's user with body b.
 func resched(b string, mods ...mod) func(t *testing.T, s *stack) []byte {
 	return func(t *testing.T, s *stack) []byte {
@@ -1070,11 +1080,7 @@ func problemCases() []problemCase {
 		// Cancel.
 		{
 			name: "cancel while processing",
-			req: func(t *testing.T, s *stack) []byte {
-				v, _ := s.create(t, key("processing"), body(`{"amount":"5","currency":"CNY","destination":"d","delay_seconds":0}`))
-				begin(t, s, fixtureUser, v.ID)
-				return rawFixtureFor(t, "withdrawal-cancel", v.ID)
-			},
+			req:  whileProcessing("withdrawal-cancel", "processing"),
 			want: want{status: 409, code: "not_cancellable"},
 		},
 
@@ -1103,11 +1109,7 @@ func problemCases() []problemCase {
 		{name: "reschedule: bad If-Match and body", req: resched(`{"delay_seconds":-1}`, header("if-match", `"a`)), want: invalid("delay_seconds", "If-Match")},
 		{
 			name: "reschedule while processing",
-			req: func(t *testing.T, s *stack) []byte {
-				v, _ := s.create(t, key("resched-processing"), body(`{"amount":"5","currency":"CNY","destination":"d","delay_seconds":0}`))
-				begin(t, s, fixtureUser, v.ID)
-				return rawFixtureFor(t, "withdrawal-reschedule", v.ID)
-			},
+			req:  whileProcessing("withdrawal-reschedule", "resched-processing"),
 			want: want{status: 409, code: "not_reschedulable"},
 		},
 		{

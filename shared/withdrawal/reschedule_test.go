@@ -1,12 +1,15 @@
 package withdrawal_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -102,4 +105,54 @@ func deref(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestOperatorReschedule: an operator moves anyone's withdrawal with a
+// name and a reason, by the rules of process_at; a bad request stores
+// nothing.
+func TestOperatorReschedule(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b, clock.NewFake(t0))
+		c, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name       string
+			due        time.Time
+			by, reason string
+			fields     []string
+		}{
+			{"no reason", t0.Add(time.Hour), "jane", " ", []string{"reason"}},
+			{"no operator", t0.Add(time.Hour), "", "r", []string{"by"}},
+			{"as the user", t0.Add(time.Hour), withdrawal.ByUser, "r", []string{"by"}},
+			{"in the past", t0.Add(-time.Millisecond), "jane", "r", []string{"due"}},
+			{"too far", t0.Add(31 * 24 * time.Hour), "jane", "", []string{"due", "reason"}},
+		} {
+			_, err := e.svc.RescheduleBy(ctx, c.ID, tc.due, tc.by, tc.reason)
+			var verr *validation.Error
+			if !errors.As(err, &verr) {
+				t.Fatalf("%s: %v, want a validation error", tc.name, err)
+			}
+			var got []string
+			for _, f := range verr.Errors {
+				got = append(got, f.Field)
+			}
+			if diff := cmp.Diff(tc.fields, got); diff != "" {
+				t.Errorf("%s: fields (-want +got):\n%s", tc.name, diff)
+			}
+		}
+		if w, _ := e.svc.Get(ctx, "alice", c.ID); w.Revision != 0 {
+			t.Fatalf("a refused reschedule wrote: %+v", w)
+		}
+		due := t0.Add(2*time.Hour + 3*time.Millisecond)
+		w, err := e.svc.RescheduleBy(ctx, c.ID, due, "jane", "customer called")
+		if err != nil || !w.DueAt.Equal(due) || w.RescheduledBy != "jane" || w.RescheduleReason != "customer called" || w.UserID != "alice" {
+			t.Fatalf("operator reschedule: %+v %v", w, err)
+		}
+		if _, err := e.svc.RescheduleBy(ctx, withdrawal.NewID(t0), due, "jane", "r"); !errors.Is(err, withdrawal.ErrNotFound) {
+			t.Fatalf("unknown id: %v", err)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/hourglass/hourglass/shared/metrics"
@@ -179,13 +180,14 @@ func TestEverySecretIsGrantedAsItIsAsked(t *testing.T) {
 		want  map[string][]string // function -> its *_SECRET_ID variables
 	}{
 		{"default", f.def, f.defMap, map[string][]string{
-			fnEnqueue: {"PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
+			fnEnqueue: {"PAYMENTS_WEBHOOK_SECRET_ID", "PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
 			fnPoller: {"REDIS_AUTH_SECRET_ID"}, fnConsumer: {"PAYOUT_SIGNING_SECRET_ID", "REDIS_AUTH_SECRET_ID"},
 		}},
 		{"options", f.opt, f.optMap, map[string][]string{
-			fnEnqueue: {"PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
-			fnPoller:   {"REDIS_AUTH_SECRET_ID"},
-			fnConsumer: {"FINANCE_SIGNING_SECRET_ID", "PAYOUT_SIGNING_SECRET_ID", "REDIS_AUTH_SECRET_ID"},
+			fnEnqueue: {"PAYMENTS_WEBHOOK_SECRET_ID", "PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
+			fnPoller: {"REDIS_AUTH_SECRET_ID"},
+			fnConsumer: {"FINANCE_SIGNING_SECRET_ID", "ORDERS_SIGNING_SECRET_ID", "PAYOUT_SIGNING_SECRET_ID",
+				"REDIS_AUTH_SECRET_ID"},
 		}},
 		{"complete ARNs", f.acct, f.acctMap, nil},
 	} {
@@ -234,6 +236,15 @@ func TestEverySecretIsGrantedAsItIsAsked(t *testing.T) {
 	consumer := propsOf(resources(f.acctMap, "AWS::Lambda::Function")[logicalID(f.acct, f.acct.Functions[fnConsumer])])
 	if got := consumer["Environment"].(map[string]any)["Variables"].(map[string]any)["PAYOUT_SIGNING_SECRET_ID"]; got != acctSettings.PayoutSecretName {
 		t.Errorf("PAYOUT_SIGNING_SECRET_ID %v, want %s", got, acctSettings.PayoutSecretName)
+	}
+	for fn, v := range map[string]struct{ name, want string }{
+		fnConsumer: {"ORDERS_SIGNING_SECRET_ID", acctSettings.OrdersSecretName},
+		fnEnqueue:  {"PAYMENTS_WEBHOOK_SECRET_ID", acctSettings.PaymentsSecretName},
+	} {
+		vars := propsOf(resources(f.acctMap, "AWS::Lambda::Function")[logicalID(f.acct, f.acct.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if got := vars[v.name]; got != v.want {
+			t.Errorf("%s %s %v, want %s", fn, v.name, got, v.want)
+		}
 	}
 }
 
@@ -302,6 +313,12 @@ func TestNewAlarms(t *testing.T) {
 		{"FinanceDeadLetterQueueAlarm", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum",
 			[]any{props{"Name": "QueueName", "Value": getAtt(logicalID(f.def, f.def.FinanceDeadLetterQueue), "QueueName")}}, 0, 1, 0, 60, "notBreaching"},
 		{"PayoutsUnresolvedAlarm", "Hourglass", metrics.PayoutsUnresolved, "Sum", nil, 0, 1, 0, 60, "notBreaching"},
+		// Order events undelivered, and expiries of unpaid orders that fail.
+		{"OrderEventDeliveryFailuresAlarm", "AWS/SNS", "NumberOfNotificationsFailed", "Sum",
+			[]any{props{"Name": "TopicName", "Value": getAtt(logicalID(f.def, f.def.OrdersTopic), "TopicName")}}, 0, 1, 0, 60, "notBreaching"},
+		{"OrdersDeadLetterQueueAlarm", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum",
+			[]any{props{"Name": "QueueName", "Value": getAtt(logicalID(f.def, f.def.OrdersDeadLetterQueue), "QueueName")}}, 0, 1, 0, 60, "notBreaching"},
+		{"OrderExpiryFailuresAlarm", "Hourglass", metrics.OrderExpiryFailures, "Sum", nil, 0, 1, 0, 60, "notBreaching"},
 		// No invocations, no data: the heartbeat's silence is the alarm.
 		{"PollerNotRunningAlarm", "AWS/Lambda", "Invocations", "Sum",
 			[]any{props{"Name": "FunctionName", "Value": ref(logicalID(f.def, f.def.Functions[fnPoller]))}}, 1, 1, 0, 300, "breaching"},
@@ -377,82 +394,113 @@ func TestEveryAlarmHasARunbookEntry(t *testing.T) {
 	}
 }
 
-func TestFinanceDurablePath(t *testing.T) {
+// TestDurableSubscribers: finance's topic and the orders topic each have a
+// durable subscriber queue (raw delivery, retained, encrypted) and a
+// dead-letter queue that is the queue's own and every subscription's
+// redrive target.
+func TestDurableSubscribers(t *testing.T) {
 	f := stacks(t)
-	for _, st := range []struct {
-		name  string
-		stack *HourglassStack
-		tpl   assertions.Template
-		m     map[string]any
-		subs  int
-	}{{"default", f.def, f.defTpl, f.defMap, 1}, {"options", f.opt, f.optTpl, f.optMap, 2}} {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.stack
-			key := getAtt(logicalID(s, s.DataKey), "Arn")
-			fq, fdlq := logicalID(s, s.FinanceQueue), logicalID(s, s.FinanceDeadLetterQueue)
-			topic := ref(logicalID(s, s.FinanceTopic))
-			queues := resources(st.m, "AWS::SQS::Queue")
-			if got := mustJSON(propsOf(queues[fq])); got != mustJSON(props{
-				"KmsMasterKeyId":         key,
-				"MessageRetentionPeriod": 14 * 24 * 3600,
-				"RedrivePolicy":          props{"deadLetterTargetArn": getAtt(fdlq, "Arn"), "maxReceiveCount": 5},
-			}) {
-				t.Errorf("finance queue %s", got)
-			}
-			// allowAll: a dead-letter queue says it is one (guard.go, CT.SQS.PR.1).
-			if got := mustJSON(propsOf(queues[fdlq])); got != mustJSON(props{"KmsMasterKeyId": key, "MessageRetentionPeriod": 14 * 24 * 3600,
-				"RedriveAllowPolicy": props{"redrivePermission": "allowAll"}}) {
-				t.Errorf("finance dead-letter queue %s", got)
-			}
-			// Raw delivery into the finance queue, and every subscription
-			// redrives what it cannot deliver.
-			subs := resources(st.m, "AWS::SNS::Subscription")
-			n := 0
-			for id, r := range subs {
-				p := propsOf(r)
-				if mustJSON(p["TopicArn"]) != mustJSON(topic) {
-					continue
-				}
-				n++
-				if mustJSON(p["RedrivePolicy"]) != mustJSON(props{"deadLetterTargetArn": getAtt(fdlq, "Arn")}) {
-					t.Errorf("subscription %s (%v) redrives to %s, want the finance dead-letter queue", id, p["Protocol"], mustJSON(p["RedrivePolicy"]))
-				}
-			}
-			if n != st.subs {
-				t.Errorf("%d finance subscriptions, want %d", n, st.subs)
-			}
-			hasProps(t, st.tpl, "AWS::SNS::Subscription", props{
-				"Protocol": "sqs", "TopicArn": topic, "Endpoint": getAtt(fq, "Arn"), "RawMessageDelivery": true,
+	for _, p := range []struct {
+		name             string
+		parts            func(*HourglassStack) (queue, dlq, topic constructs.IConstruct)
+		defSubs, optSubs int // the options stack subscribes finance's e-mail too
+	}{
+		{"Finance", func(s *HourglassStack) (constructs.IConstruct, constructs.IConstruct, constructs.IConstruct) {
+			return s.FinanceQueue, s.FinanceDeadLetterQueue, s.FinanceTopic
+		}, 1, 2},
+		{"Orders", func(s *HourglassStack) (constructs.IConstruct, constructs.IConstruct, constructs.IConstruct) {
+			return s.OrdersQueue, s.OrdersDeadLetterQueue, s.OrdersTopic
+		}, 1, 1},
+	} {
+		for _, st := range []struct {
+			name  string
+			stack *HourglassStack
+			tpl   assertions.Template
+			m     map[string]any
+			subs  int
+		}{{"default", f.def, f.defTpl, f.defMap, p.defSubs}, {"options", f.opt, f.optTpl, f.optMap, p.optSubs}} {
+			t.Run(p.name+"/"+st.name, func(t *testing.T) {
+				q, dlq, topic := p.parts(st.stack)
+				durableSubscriber(t, st.stack, st.tpl, st.m, q, dlq, topic, st.subs, p.name)
 			})
-			// SNS may send to both queues, from the finance topic only, and
-			// use the data key for it.
-			for _, q := range []string{fq, fdlq} {
-				hasProps(t, st.tpl, "AWS::SQS::QueuePolicy", props{
-					"Queues": arrayWith(ref(q)),
-					"PolicyDocument": like(props{"Statement": arrayWith(like(props{
-						"Effect": "Allow", "Action": "sqs:SendMessage", "Principal": props{"Service": "sns.amazonaws.com"},
-						"Condition": props{"ArnEquals": props{"aws:SourceArn": topic}},
-					}))}),
-				})
-				hasProps(t, st.tpl, "AWS::SQS::QueuePolicy", props{
-					"Queues": arrayWith(ref(q)),
-					"PolicyDocument": like(props{"Statement": arrayWith(like(props{
-						"Effect": "Deny", "Principal": props{"AWS": "*"}, "Condition": props{"Bool": props{"aws:SecureTransport": "false"}},
-					}))}),
-				})
-			}
-			hasProps(t, st.tpl, "AWS::KMS::Key", props{
-				"KeyPolicy": like(props{"Statement": arrayWith(like(props{
-					"Sid": "SnsToFinanceQueues", "Effect": "Allow", "Principal": props{"Service": "sns.amazonaws.com"},
-					"Action": []any{"kms:Decrypt", "kms:GenerateDataKey"}, "Resource": "*",
-					"Condition": props{"StringEquals": props{"aws:SourceAccount": ref("AWS::AccountId")}},
-				}))}),
-			})
-			for _, out := range []string{"FinanceQueueUrl", "FinanceDeadLetterQueueUrl"} {
-				check(t, "output "+out, func() { st.tpl.HasOutput(jsii.String(out), assertions.Match_AnyValue()) })
-			}
+		}
+	}
+}
+
+// durableSubscriber checks the durable path of one topic (name: the prefix
+// of its outputs).
+func durableSubscriber(t *testing.T, s *HourglassStack, tpl assertions.Template, m map[string]any,
+	queue, dlq, topicC constructs.IConstruct, want int, name string) {
+	t.Helper()
+	key := getAtt(logicalID(s, s.DataKey), "Arn")
+	fq, fdlq := logicalID(s, queue), logicalID(s, dlq)
+	topic := ref(logicalID(s, topicC))
+	queues := resources(m, "AWS::SQS::Queue")
+	if got := mustJSON(propsOf(queues[fq])); got != mustJSON(props{
+		"KmsMasterKeyId":         key,
+		"MessageRetentionPeriod": 14 * 24 * 3600,
+		"RedrivePolicy":          props{"deadLetterTargetArn": getAtt(fdlq, "Arn"), "maxReceiveCount": 5},
+	}) {
+		t.Errorf("%s queue %s", name, got)
+	}
+	// allowAll: a dead-letter queue says it is one (guard.go, CT.SQS.PR.1).
+	if got := mustJSON(propsOf(queues[fdlq])); got != mustJSON(props{"KmsMasterKeyId": key, "MessageRetentionPeriod": 14 * 24 * 3600,
+		"RedriveAllowPolicy": props{"redrivePermission": "allowAll"}}) {
+		t.Errorf("%s dead-letter queue %s", name, got)
+	}
+	// Raw delivery into the queue, and every subscription
+	// redrives what it cannot deliver.
+	subs := resources(m, "AWS::SNS::Subscription")
+	n := 0
+	for id, r := range subs {
+		p := propsOf(r)
+		if mustJSON(p["TopicArn"]) != mustJSON(topic) {
+			continue
+		}
+		n++
+		if mustJSON(p["RedrivePolicy"]) != mustJSON(props{"deadLetterTargetArn": getAtt(fdlq, "Arn")}) {
+			t.Errorf("subscription %s (%v) redrives to %s, want the %s dead-letter queue", id, p["Protocol"], mustJSON(p["RedrivePolicy"]), name)
+		}
+	}
+	if n != want {
+		t.Errorf("%d %s subscriptions, want %d", n, name, want)
+	}
+	hasProps(t, tpl, "AWS::SNS::Subscription", props{
+		"Protocol": "sqs", "TopicArn": topic, "Endpoint": getAtt(fq, "Arn"), "RawMessageDelivery": true,
+	})
+	// SNS may send to both queues, from its topic only, and
+	// use the data key for it.
+	for _, q := range []string{fq, fdlq} {
+		hasProps(t, tpl, "AWS::SQS::QueuePolicy", props{
+			"Queues": arrayWith(ref(q)),
+			"PolicyDocument": like(props{"Statement": arrayWith(like(props{
+				"Effect": "Allow", "Action": "sqs:SendMessage", "Principal": props{"Service": "sns.amazonaws.com"},
+				"Condition": props{"ArnEquals": props{"aws:SourceArn": topic}},
+			}))}),
+		})
+		hasProps(t, tpl, "AWS::SQS::QueuePolicy", props{
+			"Queues": arrayWith(ref(q)),
+			"PolicyDocument": like(props{"Statement": arrayWith(like(props{
+				"Effect": "Deny", "Principal": props{"AWS": "*"}, "Condition": props{"Bool": props{"aws:SecureTransport": "false"}},
+			}))}),
 		})
 	}
+	hasProps(t, tpl, "AWS::KMS::Key", props{
+		"KeyPolicy": like(props{"Statement": arrayWith(like(props{
+			"Sid": "SnsToSubscriberQueues", "Effect": "Allow", "Principal": props{"Service": "sns.amazonaws.com"},
+			"Action": []any{"kms:Decrypt", "kms:GenerateDataKey"}, "Resource": "*",
+			"Condition": props{"StringEquals": props{"aws:SourceAccount": ref("AWS::AccountId")}},
+		}))}),
+	})
+	for _, out := range []string{name + "QueueUrl", name + "DeadLetterQueueUrl", name + "TopicArn"} {
+		check(t, "output "+out, func() { tpl.HasOutput(jsii.String(out), assertions.Match_AnyValue()) })
+	}
+}
+
+// TestWebhooksOfTheConsumer: finance's and the order events' webhooks are
+// the consumer's alone, with their signing secrets, and their own ports.
+func TestWebhooksOfTheConsumer(t *testing.T) {
+	f := stacks(t)
 	// Finance's webhook: the consumer's URL and signing secret, and a port
 	// of its own opened when it is neither the provider's nor 443.
 	env := func(st *HourglassStack, m map[string]any) map[string]any {
@@ -464,14 +512,42 @@ func TestFinanceDurablePath(t *testing.T) {
 	if e := env(f.opt, f.optMap); e["FINANCE_WEBHOOK_URL"] != "https://finance.example.org/v1/payouts" || e["FINANCE_SIGNING_SECRET_ID"] != "finance/webhook-abcdef" {
 		t.Errorf("finance webhook %v, secret %v", e["FINANCE_WEBHOOK_URL"], e["FINANCE_SIGNING_SECRET_ID"])
 	}
-	// The provider's 8443 and HTTPS, as before, and finance's 9443; in
-	// the options stack finance's 443 is open already (TestNetwork).
+	// The order events go to the topic always (the consumer runs their
+	// outbox), and to the webhook when one is set.
+	for _, st := range []struct {
+		stack       *HourglassStack
+		m           map[string]any
+		url, secret any
+	}{
+		{f.def, f.defMap, nil, nil},
+		{f.opt, f.optMap, "https://orders.example.org/v1/events", "orders/webhook"},
+	} {
+		e := env(st.stack, st.m)
+		if e["ORDERS_WEBHOOK_URL"] != st.url || e["ORDERS_SIGNING_SECRET_ID"] != st.secret {
+			t.Errorf("orders webhook %v, secret %v; want %v, %v", e["ORDERS_WEBHOOK_URL"], e["ORDERS_SIGNING_SECRET_ID"], st.url, st.secret)
+		}
+		if mustJSON(e["ORDERS_TOPIC_ARN"]) != mustJSON(ref(logicalID(st.stack, st.stack.OrdersTopic))) {
+			t.Errorf("ORDERS_TOPIC_ARN %v, want the orders topic", e["ORDERS_TOPIC_ARN"])
+		}
+		for _, fn := range []string{fnEnqueue, fnSeckill, fnPoller} {
+			vars := propsOf(resources(st.m, "AWS::Lambda::Function")[logicalID(st.stack, st.stack.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+			for _, v := range []string{"ORDERS_TOPIC_ARN", "ORDERS_WEBHOOK_URL", "ORDERS_SIGNING_SECRET_ID"} {
+				if vars[v] != nil {
+					t.Errorf("%s has %s: only the consumer publishes order events", fn, v)
+				}
+			}
+		}
+	}
+	// The provider's 8443 and HTTPS, as before, finance's 9443 and the
+	// order events' 7443; in the options stack both webhooks' 443 is open
+	// already (TestNetwork).
 	hasProps(t, f.acctTpl, "AWS::EC2::SecurityGroup", props{
 		"GroupDescription": assertions.Match_StringLikeRegexp(jsii.String("^Hourglass Lambda functions")),
 		"SecurityGroupEgress": []any{
 			like(props{"CidrIp": "0.0.0.0/0", "FromPort": 8443, "ToPort": 8443}),
 			like(props{"CidrIp": "0.0.0.0/0", "FromPort": 443, "ToPort": 443}),
 			like(props{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 9443, "ToPort": 9443, "Description": "Finance webhook over TLS"}),
+			like(props{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 7443, "ToPort": 7443, "Description": "Order events webhook over TLS"}),
 		},
 	})
 }
@@ -480,7 +556,7 @@ func TestFinanceDurablePath(t *testing.T) {
 // queues keep messages longer than the work queue.
 func TestQueuesAreRetained(t *testing.T) {
 	f := stacks(t)
-	count(t, f.defTpl, "AWS::SQS::Queue", 4)
+	count(t, f.defTpl, "AWS::SQS::Queue", 6)
 	for id, r := range resources(f.defMap, "AWS::SQS::Queue") {
 		if r["DeletionPolicy"] != "Retain" || r["UpdateReplacePolicy"] != "Retain" {
 			t.Errorf("queue %s: DeletionPolicy %v, UpdateReplacePolicy %v; want Retain", id, r["DeletionPolicy"], r["UpdateReplacePolicy"])

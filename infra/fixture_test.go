@@ -59,6 +59,9 @@ var optSettings = func() Settings {
 	s.ConsumerMaxConcurrency = 50
 	s.FinanceWebhookURL = "https://finance.example.org/v1/payouts"
 	s.FinanceSecretName = "finance/webhook-abcdef"
+	s.OrdersWebhookURL = "https://orders.example.org/v1/events"
+	s.OrdersSecretName = "orders/webhook"
+	s.PaymentsSecretName = "prod/payments-webhook"
 	s.PollerReservedConcurrency = 2
 	s.AdminRoleARNs = []string{"arn:aws:iam::123456789012:role/ops/hourglass-operator"}
 	return s
@@ -68,13 +71,17 @@ var optSettings = func() Settings {
 // ElastiCache id: too long, upper case, doubled and trailing hyphens.
 const acctStackName = "Hourglass--Payments-EU-West-1--And-Flash-Sales--Production-"
 
-// acctSettings name the operator's secrets by complete ARN.
+// acctSettings name the operator's secrets by complete ARN, with the order
+// events' webhook on a port of its own too.
 var acctSettings = func() Settings {
 	s := optSettings
 	s.PayoutSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/payout-key-AbC123"
 	s.PayoutWebhookSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/webhook-secret-Zz9Yx8"
 	s.FinanceWebhookURL = "https://finance.example.org:9443/hook"
 	s.FinanceSecretName = "finance"
+	s.OrdersWebhookURL = "https://orders.example.org:7443/events"
+	s.OrdersSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/orders-key-QwE456"
+	s.PaymentsSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/payments-key-RtY789"
 	s.AdminRoleARNs = []string{"arn:aws:iam::111122223333:role/operator", "arn:aws-cn:iam::111122223333:role/team/break-glass"}
 	return s
 }()

@@ -116,18 +116,25 @@ func (s *HourglassStack) createFunctions() error {
 		"PAYOUT_LOOKUP":             jsii.String(strconv.FormatBool(s.settings.PayoutLookup)),
 		"PAYOUT_IDEMPOTENCY_WINDOW": jsii.String(s.settings.PayoutIdempotencyWindow),
 		"FINANCE_TOPIC_ARN":         s.FinanceTopic.TopicArn(),
+		// The consumer runs the order events' outbox.
+		"ORDERS_TOPIC_ARN": s.OrdersTopic.TopicArn(),
 	}
 	if u := s.settings.FinanceWebhookURL; u != "" {
 		consumerEnv["FINANCE_WEBHOOK_URL"] = jsii.String(u)
 		consumerEnv["FINANCE_SIGNING_SECRET_ID"] = jsii.String(s.settings.FinanceSecretName)
 	}
+	if u := s.settings.OrdersWebhookURL; u != "" {
+		consumerEnv["ORDERS_WEBHOOK_URL"] = jsii.String(u)
+		consumerEnv["ORDERS_SIGNING_SECRET_ID"] = jsii.String(s.settings.OrdersSecretName)
+	}
 	specs := []functionSpec{
 		{
 			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
-			description: "Withdrawal API: create, list, get, cancel; the payout provider's callbacks; operator stats; health",
+			description: "Withdrawal API: create, list, get, reschedule, cancel; the payout and payment providers' callbacks; operator stats; health",
 			env: map[string]*string{
-				"HOURGLASS_JWT_SCOPE":      jsii.String(s.settings.JWTScope),
-				"PAYOUT_WEBHOOK_SECRET_ID": jsii.String(s.settings.PayoutWebhookSecretName),
+				"HOURGLASS_JWT_SCOPE":        jsii.String(s.settings.JWTScope),
+				"PAYOUT_WEBHOOK_SECRET_ID":   jsii.String(s.settings.PayoutWebhookSecretName),
+				"PAYMENTS_WEBHOOK_SECRET_ID": jsii.String(s.settings.PaymentsSecretName),
 			},
 		},
 		{
@@ -179,30 +186,36 @@ func (s *HourglassStack) createFunctions() error {
 		allow(fn, secretActions, s.RedisAuth.SecretArn())
 	}
 	// The ledger (HOURGLASS_LEDGER=dynamodb): the withdrawal API keeps
-	// withdrawals and idempotency records and applies the provider's
-	// callbacks; the poller's reconciler reads withdrawals (by_state), and
+	// withdrawals and idempotency records and applies the providers'
+	// callbacks (a payment confirmation settles a flash-sale order, so it
+	// reaches the orders table too); the poller's reconciler reads withdrawals (by_state), and
 	// its flash-sale compensation reads orders and voids the order id of a
 	// purchase it releases; the consumer moves withdrawals through their
 	// states and makes (or voids) orders. The flash-sale API works on Redis
 	// alone.
-	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency)
+	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency, s.Orders)
 	s.allowTables(poller, tableActions, s.Withdrawals, s.Orders)
 	s.allowTables(consumer, tableActions, s.Withdrawals, s.Orders)
 	allow(poller, []string{"sqs:SendMessage"}, s.WorkQueue.QueueArn())
-	allow(consumer, []string{"sns:Publish"}, s.FinanceTopic.TopicArn())
+	allow(consumer, []string{"sns:Publish"}, s.FinanceTopic.TopicArn(), s.OrdersTopic.TopicArn())
 	// SQS and SNS encrypt with the data key on the sender's behalf.
 	for _, fn := range []awslambda.Function{poller, consumer} {
 		allow(fn, []string{"kms:GenerateDataKey", "kms:Decrypt"}, s.DataKey.KeyArn())
 	}
 	// The operator's secrets, each to the one function that reads it: the
-	// payout signing key (and finance's) to the consumer; the key of the
-	// provider's callbacks, which reach the withdrawal API, to enqueue.
+	// payout signing key (and finance's, and the order events' webhook's)
+	// to the consumer; the keys of the payout and payment providers'
+	// callbacks, which reach the withdrawal API, to enqueue.
 	allow(consumer, secretActions, s.secretGrant(s.settings.PayoutSecretName))
 	if s.settings.FinanceWebhookURL != "" {
 		allow(consumer, secretActions, s.secretGrant(s.settings.FinanceSecretName))
 	}
+	if s.settings.OrdersWebhookURL != "" {
+		allow(consumer, secretActions, s.secretGrant(s.settings.OrdersSecretName))
+	}
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PayoutWebhookSecretName))
-	s.allowFinanceWebhook()
+	allow(enqueue, secretActions, s.secretGrant(s.settings.PaymentsSecretName))
+	s.allowWebhookPorts()
 
 	consumer.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(consumerBatchSize),
@@ -212,20 +225,27 @@ func (s *HourglassStack) createFunctions() error {
 	return nil
 }
 
-// allowFinanceWebhook lets the functions reach finance's webhook on its port
-// when that is neither the payout provider's nor HTTPS's, which the network
-// opens already.
-func (s *HourglassStack) allowFinanceWebhook() {
-	if s.settings.FinanceWebhookURL == "" {
-		return
-	}
-	port, _ := payoutPort(s.settings.FinanceWebhookURL) // checked by SettingsFrom
+// allowWebhookPorts lets the functions reach finance's and the order
+// events' webhooks on their ports when those are neither the payout
+// provider's nor HTTPS's, which the network opens already.
+func (s *HourglassStack) allowWebhookPorts() {
 	payout, _ := payoutPort(s.settings.PayoutURL)
-	if port == payout || port == 443 {
-		return
+	opened := map[int]bool{payout: true, 443: true}
+	for _, w := range []struct{ url, desc string }{
+		{s.settings.FinanceWebhookURL, "Finance webhook over TLS"},
+		{s.settings.OrdersWebhookURL, "Order events webhook over TLS"},
+	} {
+		if w.url == "" {
+			continue
+		}
+		port, _ := payoutPort(w.url) // checked by SettingsFrom
+		if opened[port] {
+			continue
+		}
+		opened[port] = true
+		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
+			jsii.String(w.desc), nil)
 	}
-	s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
-		jsii.String("Finance webhook over TLS"), nil)
 }
 
 // baseEnv is what every function reads.

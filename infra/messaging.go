@@ -34,8 +34,9 @@ var (
 	// flash-sale purchase whose order job is gone is re-enqueued or, voided
 	// first, released by the compensation pass (seckill.Compensation).
 	workRetention = awscdk.Duration_Days(jsii.Number(4))
-	// financeRetention: finance's copy lives as long as SQS allows.
-	financeRetention = awscdk.Duration_Days(jsii.Number(14))
+	// subscriberRetention: finance's copy of the payouts, and downstream's
+	// of the order events, live as long as SQS allows.
+	subscriberRetention = awscdk.Duration_Days(jsii.Number(14))
 )
 
 // queue is an SQS queue encrypted with the data key, reachable over TLS
@@ -67,12 +68,31 @@ func (s *HourglassStack) createMessaging() {
 		DeadLetterQueue:   &awssqs.DeadLetterQueue{Queue: s.DeadLetterQueue, MaxReceiveCount: jsii.Number(maxReceiveCount)},
 	})
 
+	// SNS encrypts what it sends to the subscriber queues below with the
+	// data key. The key policy cannot name the topics, which are encrypted
+	// with the same key (a dependency cycle): it names the account, like the
+	// alarm key's; the queue policies name the topics.
+	s.letServiceUseKey(s.DataKey, "SnsToSubscriberQueues", "sns.amazonaws.com", "kms:Decrypt", "kms:GenerateDataKey")
 	s.FinanceTopic = awssns.NewTopic(s.Stack, jsii.String("FinanceTopic"), &awssns.TopicProps{
 		DisplayName: jsii.String("Hourglass processed payouts"),
 		MasterKey:   s.DataKey,
 		EnforceSSL:  jsii.Bool(true),
 	})
-	s.createFinanceQueues()
+	s.FinanceQueue, s.FinanceDeadLetterQueue = s.durableSubscriber(s.FinanceTopic, "Finance")
+	if e := s.settings.FinanceEmail; e != "" {
+		s.FinanceTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), &awssnssubscriptions.EmailSubscriptionProps{
+			DeadLetterQueue: s.FinanceDeadLetterQueue,
+		}))
+	}
+	// Order events (order.created, order.paid, order.expired,
+	// payment.refund_required) for stock, SMS and shipping, which subscribe
+	// to the topic or read OrdersQueue.
+	s.OrdersTopic = awssns.NewTopic(s.Stack, jsii.String("OrdersTopic"), &awssns.TopicProps{
+		DisplayName: jsii.String("Hourglass order events"),
+		MasterKey:   s.DataKey,
+		EnforceSSL:  jsii.Bool(true),
+	})
+	s.OrdersQueue, s.OrdersDeadLetterQueue = s.durableSubscriber(s.OrdersTopic, "Orders")
 
 	s.AlarmTopic = awssns.NewTopic(s.Stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
 		DisplayName: jsii.String("Hourglass ops alarms"),
@@ -87,47 +107,39 @@ func (s *HourglassStack) createMessaging() {
 	}
 }
 
-// createFinanceQueues gives finance a durable path: SNS drops a message
-// published to a topic no one has confirmed a subscription to, so a queue
-// subscribed by the stack itself keeps every one (raw, the message as
-// published) until finance reads it. Each subscription redrives what SNS
-// cannot deliver to FinanceDeadLetterQueue, which is also the finance
-// queue's own dead-letter queue.
-func (s *HourglassStack) createFinanceQueues() {
-	s.FinanceDeadLetterQueue = s.deadLetterQueue("FinanceDeadLetterQueue")
-	s.FinanceQueue = s.queue("FinanceQueue", awssqs.QueueProps{
-		RetentionPeriod: financeRetention,
-		DeadLetterQueue: &awssqs.DeadLetterQueue{Queue: s.FinanceDeadLetterQueue, MaxReceiveCount: jsii.Number(maxReceiveCount)},
+// durableSubscriber gives a topic's readers a durable path: SNS drops a
+// message published to a topic no one has confirmed a subscription to, so a
+// queue (<name>Queue) subscribed by the stack itself keeps every one (raw,
+// the message as published) until its reader takes it. The subscription
+// redrives what SNS cannot deliver to <name>DeadLetterQueue, which is also
+// the queue's own dead-letter queue and must be the redrive target of every
+// other subscription to the topic.
+func (s *HourglassStack) durableSubscriber(topic awssns.Topic, name string) (queue, dlq awssqs.Queue) {
+	dlq = s.deadLetterQueue(name + "DeadLetterQueue")
+	queue = s.queue(name+"Queue", awssqs.QueueProps{
+		RetentionPeriod: subscriberRetention,
+		DeadLetterQueue: &awssqs.DeadLetterQueue{Queue: dlq, MaxReceiveCount: jsii.Number(maxReceiveCount)},
 	})
-	// SNS encrypts what it sends to the two queues with the data key, and
-	// may send to the finance queue from the finance topic only (the
-	// dead-letter queue's permission comes with each subscription). The key
-	// policy cannot name the topic, which is encrypted with the same key
-	// (a dependency cycle): it names the account, like the alarm key's; the
-	// queue policies name the topic. For that reason the subscription is
-	// made here, not by awssnssubscriptions.SqsSubscription, whose key
-	// statement names the topic.
-	s.letServiceUseKey(s.DataKey, "SnsToFinanceQueues", "sns.amazonaws.com", "kms:Decrypt", "kms:GenerateDataKey")
-	s.FinanceQueue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+	// SNS may send to the queue from its topic only (the dead-letter
+	// queue's permission comes with each subscription). For that reason the
+	// subscription is made here, not by awssnssubscriptions.SqsSubscription,
+	// whose key statement names the topic (see SnsToSubscriberQueues).
+	queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("sns.amazonaws.com"), nil)},
 		Actions:    jsii.Strings("sqs:SendMessage"),
-		Resources:  &[]*string{s.FinanceQueue.QueueArn()},
+		Resources:  &[]*string{queue.QueueArn()},
 		Conditions: &map[string]any{
-			"ArnEquals": map[string]any{"aws:SourceArn": s.FinanceTopic.TopicArn()},
+			"ArnEquals": map[string]any{"aws:SourceArn": topic.TopicArn()},
 		},
 	}))
-	awssns.NewSubscription(s.Stack, jsii.String("FinanceQueueSubscription"), &awssns.SubscriptionProps{
-		Topic:              s.FinanceTopic,
+	awssns.NewSubscription(s.Stack, jsii.String(name+"QueueSubscription"), &awssns.SubscriptionProps{
+		Topic:              topic,
 		Protocol:           awssns.SubscriptionProtocol_SQS,
-		Endpoint:           s.FinanceQueue.QueueArn(),
+		Endpoint:           queue.QueueArn(),
 		RawMessageDelivery: jsii.Bool(true),
-		DeadLetterQueue:    s.FinanceDeadLetterQueue,
+		DeadLetterQueue:    dlq,
 	})
-	if e := s.settings.FinanceEmail; e != "" {
-		s.FinanceTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), &awssnssubscriptions.EmailSubscriptionProps{
-			DeadLetterQueue: s.FinanceDeadLetterQueue,
-		}))
-	}
+	return queue, dlq
 }
 
 // letServiceUseKey lets an AWS service use key on behalf of this account's

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/hourglass/hourglass/shared/metrics"
@@ -193,6 +195,9 @@ func (s *HourglassStack) createMonitoring() {
 				graph("Dead letters", 6, append(perQueue(metrics.Dead, "Maximum"), dlqDepth,
 					s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("finance dead-letter queue"),
+					}),
+					s.OrdersDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+						Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("orders dead-letter queue"),
 					}))),
 				graph("Payouts", 6, []awscloudwatch.IMetric{paid, failed, sum(metrics.PayoutRetries),
 					sum(metrics.PayoutsUnresolved), sum(metrics.PayoutsRejected), sum(metrics.PayoutConflicts)}),
@@ -209,7 +214,7 @@ func (s *HourglassStack) createMonitoring() {
 				}),
 				graph("Flash sale: admissions and orders", 6, []awscloudwatch.IMetric{
 					sum(metrics.Admitted), sum(metrics.OrdersConfirmed), sum(metrics.OrdersReleased),
-					sum(metrics.CompensationRequeued), sum(metrics.CompensationReleased),
+					sum(metrics.CompensationRequeued), sum(metrics.CompensationReleased), sum(metrics.OrderExpiryFailures),
 				}),
 				graph("Flash sale: refusals by reason", 6, refusals),
 				graph("Flash sale: stock left by item", 6, []awscloudwatch.IMetric{stockLeft}),
@@ -347,25 +352,42 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			Threshold:         jsii.Number(deadLetterAgeSeconds),
 			EvaluationPeriods: jsii.Number(1),
 		})
-	alarm("FinanceDeliveryFailuresAlarm",
-		"SNS failed to deliver finance messages to a subscription (the finance queue, an e-mail): they are in the finance dead-letter queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.FinanceTopic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
+	// A topic with a durable subscriber (messaging.go): SNS failing to
+	// deliver, and what it or the reader gave up on.
+	undelivered := func(deliveryID, deliveryDesc string, topic awssns.Topic, dlqID, dlqDesc string, dlq awssqs.Queue) {
+		alarm(deliveryID, deliveryDesc, &awscloudwatch.AlarmProps{
+			Metric: topic.MetricNumberOfNotificationsFailed(&awscloudwatch.MetricOptions{
 				Statistic: jsii.String("Sum"), Period: minute,
 			}),
 			Threshold:         jsii.Number(0),
 			EvaluationPeriods: jsii.Number(1),
 		})
-	alarm("FinanceDeadLetterQueueAlarm",
-		"Finance messages sit in the finance dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
-			"finance has not got them. Fix the cause, then redrive them to the finance queue.",
-		&awscloudwatch.AlarmProps{
-			Metric: s.FinanceDeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+		alarm(dlqID, dlqDesc, &awscloudwatch.AlarmProps{
+			Metric: dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 				Statistic: jsii.String("Maximum"), Period: minute,
 			}),
 			Threshold:         jsii.Number(0),
 			EvaluationPeriods: jsii.Number(1),
 		})
+	}
+	undelivered("FinanceDeliveryFailuresAlarm",
+		"SNS failed to deliver finance messages to a subscription (the finance queue, an e-mail): they are in the finance dead-letter queue.",
+		s.FinanceTopic, "FinanceDeadLetterQueueAlarm",
+		"Finance messages sit in the finance dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
+			"finance has not got them. Fix the cause, then redrive them to the finance queue.",
+		s.FinanceDeadLetterQueue)
+	undelivered("OrderEventDeliveryFailuresAlarm",
+		"SNS failed to deliver order events to a subscription (the orders queue, an HTTPS endpoint): they are in the orders dead-letter queue.",
+		s.OrdersTopic, "OrdersDeadLetterQueueAlarm",
+		"Order events sit in the orders dead-letter queue (undeliverable by SNS, or received 5 times without being deleted): "+
+			"stock, SMS and shipping have not got them. Fix the cause, then move them to the orders queue.",
+		s.OrdersDeadLetterQueue)
+	// An unpaid order whose expiry fails keeps its stock from the sale and
+	// may still be paid after pay_by: the job retries, a person looks.
+	alarm("OrderExpiryFailuresAlarm",
+		"Expiring unpaid flash-sale orders failed: those orders stay awaiting payment past pay_by and their units stay off sale "+
+			"until an expiry succeeds. See the consumer's logs for the failing dependency.",
+		&awscloudwatch.AlarmProps{Metric: sum(metrics.OrderExpiryFailures), Threshold: jsii.Number(0), EvaluationPeriods: jsii.Number(1)})
 	// One alarm per shard, on its fullest node (primary or replica).
 	for i, shard := range s.redisNodeClusters {
 		using := map[string]awscloudwatch.IMetric{}

@@ -114,6 +114,7 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 	// Passed by name (PAYOUT_WEBHOOK_SECRET_ID): Secrets Manager resolves
 	// the name to the full ARN, which this pattern matches.
 	webhookSecret := ":secret:hourglass/payout-webhook-??????"
+	paymentsSecret := ":secret:hourglass/payments-webhook-??????"
 	ledgerActions := []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"}
 	never := []string{"dynamodb:Scan", "dynamodb:CreateTable", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}
 	tests := []struct {
@@ -127,15 +128,17 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 		literals []string
 	}{
 		{
-			fn:   fnEnqueue,
-			want: []string{id(st.Withdrawals), id(st.Idempotency), id(st.RedisAuth)},
+			fn: fnEnqueue,
+			// The orders table: a payment confirmation settles an order.
+			want: []string{id(st.Withdrawals), id(st.Idempotency), id(st.Orders), id(st.RedisAuth)},
 			must: map[string][]string{
 				"dynamodb:PutItem":              {id(st.Withdrawals), id(st.Idempotency)},
+				"dynamodb:UpdateItem":           {id(st.Orders)},
 				"dynamodb:Query":                {id(st.Withdrawals)},
 				"secretsmanager:GetSecretValue": {id(st.RedisAuth)},
 			},
 			never:    append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt"}, never...),
-			literals: []string{webhookSecret},
+			literals: []string{webhookSecret, paymentsSecret},
 		},
 		{
 			fn:    fnSeckill,
@@ -155,9 +158,9 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 		{
 			fn: fnConsumer,
 			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisAuth), id(st.WorkQueue), id(st.DataKey),
-				id(st.FinanceTopic)},
+				id(st.FinanceTopic), id(st.OrdersTopic)},
 			must: map[string][]string{
-				"sns:Publish": {id(st.FinanceTopic)}, "sqs:ReceiveMessage": {id(st.WorkQueue)}, "sqs:DeleteMessage": {id(st.WorkQueue)},
+				"sns:Publish": {id(st.FinanceTopic), id(st.OrdersTopic)}, "sqs:ReceiveMessage": {id(st.WorkQueue)}, "sqs:DeleteMessage": {id(st.WorkQueue)},
 				"kms:Decrypt": {id(st.DataKey)}, "dynamodb:UpdateItem": {id(st.Withdrawals)}, "dynamodb:PutItem": {id(st.Orders)},
 			},
 			never:    append([]string{"sqs:SendMessage"}, never...),

@@ -59,6 +59,15 @@ type Settings struct {
 	// the key in the existing secret FinanceSecretName.
 	FinanceWebhookURL string
 	FinanceSecretName string
+	// OrdersWebhookURL, when set, is the downstream HTTPS endpoint the
+	// consumer also posts each order event to (ORDERS_WEBHOOK_URL), signed
+	// with the key in the existing secret OrdersSecretName; the orders topic
+	// gets every event either way.
+	OrdersWebhookURL string
+	OrdersSecretName string
+	// PaymentsSecretName is the existing secret that authenticates the
+	// payment provider's confirmations (POST /v1/webhooks/payments).
+	PaymentsSecretName string
 	// PollerReservedConcurrency reserves that much of the account's Lambda
 	// concurrency for the poller (1..1000); 0 reserves none. Off by
 	// default: an account's quota can be as low as 10, and the reservation
@@ -87,6 +96,9 @@ const (
 	ctxConsumerMaxConcurrency = "consumerMaxConcurrency"
 	ctxFinanceWebhookURL      = "financeWebhookUrl"
 	ctxFinanceSecretName      = "financeSecretName"
+	ctxOrdersWebhookURL       = "ordersWebhookUrl"
+	ctxOrdersSecretName       = "ordersSecretName"
+	ctxPaymentsSecretName     = "paymentsSecretName"
 	ctxPollerReserved         = "pollerReservedConcurrency"
 	ctxAdminRoleARNs          = "adminRoleArns"
 )
@@ -117,6 +129,8 @@ func DefaultSettings() Settings {
 		PayoutIdempotencyWindow: "24h",
 		ConsumerMaxConcurrency:  20,
 		FinanceSecretName:       "hourglass/finance-signing",
+		OrdersSecretName:        "hourglass/orders-signing",
+		PaymentsSecretName:      "hourglass/payments-webhook",
 	}
 }
 
@@ -193,6 +207,9 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	str(ctxIdempotencyWindow, &s.PayoutIdempotencyWindow)
 	str(ctxFinanceWebhookURL, &s.FinanceWebhookURL)
 	str(ctxFinanceSecretName, &s.FinanceSecretName)
+	str(ctxOrdersWebhookURL, &s.OrdersWebhookURL)
+	str(ctxOrdersSecretName, &s.OrdersSecretName)
+	str(ctxPaymentsSecretName, &s.PaymentsSecretName)
 	var admins string
 	str(ctxAdminRoleARNs, &admins)
 	for _, a := range strings.Split(admins, ",") {
@@ -246,13 +263,17 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	if !nodeTypePattern.MatchString(s.RedisNodeType) {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an ElastiCache node type (cache.<family>.<size>)", ctxRedisNodeType, s.RedisNodeType))
 	}
-	if s.FinanceWebhookURL != "" {
-		if _, err := payoutPort(s.FinanceWebhookURL); err != nil {
-			errs = append(errs, fmt.Errorf("context %s: %w", ctxFinanceWebhookURL, err))
+	for _, u := range []struct{ key, v string }{{ctxFinanceWebhookURL, s.FinanceWebhookURL}, {ctxOrdersWebhookURL, s.OrdersWebhookURL}} {
+		if u.v == "" {
+			continue
+		}
+		if _, err := payoutPort(u.v); err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %w", u.key, err))
 		}
 	}
 	for _, n := range []struct{ key, v string }{
 		{ctxPayoutSecretName, s.PayoutSecretName}, {ctxWebhookSecretName, s.PayoutWebhookSecretName}, {ctxFinanceSecretName, s.FinanceSecretName},
+		{ctxOrdersSecretName, s.OrdersSecretName}, {ctxPaymentsSecretName, s.PaymentsSecretName},
 	} {
 		if !isSecretID(n.v) {
 			errs = append(errs, fmt.Errorf("context %s: %q is neither a Secrets Manager secret name nor a complete secret ARN", n.key, n.v))

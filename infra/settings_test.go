@@ -26,7 +26,8 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 	// would win over the profile's choice (-c profile=dev).
 	keys := []string{ctxProfile, ctxJWTIssuer, ctxJWTAudience, ctxJWTScope, ctxFinanceEmail, ctxAlarmEmail,
 		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxWebhookSecretName, ctxPayoutLookup, ctxIdempotencyWindow,
-		ctxConsumerMaxConcurrency, ctxFinanceWebhookURL, ctxFinanceSecretName, ctxPollerReserved, ctxAdminRoleARNs}
+		ctxConsumerMaxConcurrency, ctxFinanceWebhookURL, ctxFinanceSecretName, ctxPollerReserved, ctxAdminRoleARNs,
+		ctxOrdersWebhookURL, ctxOrdersSecretName, ctxPaymentsSecretName}
 	for _, k := range keys {
 		if _, ok := ctx[k]; !ok {
 			t.Errorf("cdk.json does not document %s", k)
@@ -80,13 +81,22 @@ func TestSettingsFrom(t *testing.T) {
 				"redisNodeType": "r7g.large", "redisShards": "0", "queueShards": 2.5, "payoutUrl": "http://pay.example.com",
 				"payoutSecretName": "bad name", "consumerMaxConcurrency": 1.0, "alarmEmail": 7.0,
 				"financeWebhookUrl": "ftp://finance", "financeSecretName": "arn:aws:secretsmanager:x", "pollerReservedConcurrency": 1001.0,
-				"adminRoleArns": "root",
+				"adminRoleArns": "root", "ordersWebhookUrl": "http://orders.example.com", "ordersSecretName": "",
+				"paymentsSecretName": "bad name",
 			},
 			wantErr: []string{"jwtIssuer", "jwtAudience", "jwtScope", "financeEmail", "alarmEmail", "redisNodeType", "redisShards",
 				"queueShards", "payoutUrl", "payoutSecretName", "consumerMaxConcurrency", "financeWebhookUrl", "financeSecretName",
-				"pollerReservedConcurrency", "adminRoleArns"},
+				"pollerReservedConcurrency", "adminRoleArns", "ordersWebhookUrl", "ordersSecretName", "paymentsSecretName"},
 		},
 		{name: "shards out of range", ctx: map[string]any{"queueShards": "2000"}, wantErr: []string{"queueShards: 2000 is outside 1..1024"}},
+		{
+			name: "order events' webhook and the payments secret",
+			ctx: map[string]any{"ordersWebhookUrl": " https://orders.example.com/hook ", "ordersSecretName": "ops/orders",
+				"paymentsSecretName": "ops/payments"},
+			want: func(s *Settings) {
+				s.OrdersWebhookURL, s.OrdersSecretName, s.PaymentsSecretName = "https://orders.example.com/hook", "ops/orders", "ops/payments"
+			},
+		},
 		{name: "bad payout port", ctx: map[string]any{"payoutUrl": "https://pay.example.com:99999/"}, wantErr: []string{"payoutUrl"}},
 	}
 	for _, tt := range tests {

@@ -71,13 +71,19 @@ type HourglassStack struct {
 	FinanceQueue           awssqs.Queue
 	FinanceDeadLetterQueue awssqs.Queue
 	FinanceTopic           awssns.Topic
-	AlarmTopic             awssns.Topic
-	Functions              map[string]awslambda.Function
-	LogGroups              map[string]awslogs.LogGroup
-	Api                    awsapigatewayv2.HttpApi
-	Dashboard              awscloudwatch.Dashboard
-	Alarms                 []awscloudwatch.Alarm
-	redisNodeClusters      [][]string
+	// OrdersTopic carries the order events; OrdersQueue holds every one for
+	// downstream to read, OrdersDeadLetterQueue what it or a subscription
+	// could not take.
+	OrdersTopic           awssns.Topic
+	OrdersQueue           awssqs.Queue
+	OrdersDeadLetterQueue awssqs.Queue
+	AlarmTopic            awssns.Topic
+	Functions             map[string]awslambda.Function
+	LogGroups             map[string]awslogs.LogGroup
+	Api                   awsapigatewayv2.HttpApi
+	Dashboard             awscloudwatch.Dashboard
+	Alarms                []awscloudwatch.Alarm
+	redisNodeClusters     [][]string
 	// indexes names each table's global secondary indexes.
 	indexes map[awsdynamodb.Table][]string
 }
@@ -171,6 +177,10 @@ func (s *HourglassStack) createOutputs() {
 	out("FinanceDeadLetterQueueUrl", "Finance messages a subscription could not deliver or finance failed to take 5 times",
 		s.FinanceDeadLetterQueue.QueueUrl())
 	out("FinanceTopicArn", "Processed payouts for finance (subscribe e-mail, SQS or HTTPS)", s.FinanceTopic.TopicArn())
+	out("OrdersTopicArn", "Order events for stock, SMS and shipping (subscribe SQS or HTTPS)", s.OrdersTopic.TopicArn())
+	out("OrdersQueueUrl", "Every order event, as published to the orders topic: downstream reads it here", s.OrdersQueue.QueueUrl())
+	out("OrdersDeadLetterQueueUrl", "Order events a subscription could not deliver or downstream failed to take 5 times",
+		s.OrdersDeadLetterQueue.QueueUrl())
 	out("AlarmTopicArn", "Ops alarms", s.AlarmTopic.TopicArn())
 	out("RedisConfigurationEndpoint", "ElastiCache cluster-mode configuration endpoint (TLS)",
 		jsii.String(fmt.Sprintf("%s:%s", *s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort())))

@@ -103,7 +103,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	own := map[string]props{
 		fnEnqueue: {
 			"HOURGLASS_JWT_SCOPE": "hourglass/user", "PAYOUT_WEBHOOK_SECRET_ID": "hourglass/payout-webhook",
-			"HOURGLASS_ADMIN_ROLE_ARNS": "",
+			"PAYMENTS_WEBHOOK_SECRET_ID": "hourglass/payments-webhook", "HOURGLASS_ADMIN_ROLE_ARNS": "",
 		},
 		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user", "HOURGLASS_ADMIN_ROLE_ARNS": ""},
 		fnPoller: {
@@ -116,6 +116,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			"PAYOUT_LOOKUP":             "true",
 			"PAYOUT_IDEMPOTENCY_WINDOW": "24h",
 			"FINANCE_TOPIC_ARN":         ref(logicalID(f.def, f.def.FinanceTopic)),
+			"ORDERS_TOPIC_ARN":          ref(logicalID(f.def, f.def.OrdersTopic)),
 		},
 	}
 	fns := resources(f.defMap, "AWS::Lambda::Function")
@@ -172,7 +173,7 @@ func TestQueues(t *testing.T) {
 	tpl := f.defTpl
 	key := getAtt(logicalID(f.def, f.def.DataKey), "Arn")
 	dlq := logicalID(f.def, f.def.DeadLetterQueue)
-	count(t, tpl, "AWS::SQS::Queue", 4) // and the finance queues, TestFinanceDurablePath
+	count(t, tpl, "AWS::SQS::Queue", 6) // and the finance and orders queues, TestDurableSubscribers
 	hasProps(t, tpl, "AWS::SQS::Queue", props{
 		"KmsMasterKeyId":         key,
 		"MessageRetentionPeriod": 4 * 24 * 3600,
@@ -202,14 +203,17 @@ func TestQueues(t *testing.T) {
 func TestTopics(t *testing.T) {
 	f := stacks(t)
 	tpl := f.defTpl
-	count(t, tpl, "AWS::SNS::Topic", 2)
+	count(t, tpl, "AWS::SNS::Topic", 3)
 	hasProps(t, tpl, "AWS::SNS::Topic", props{
 		"DisplayName": "Hourglass processed payouts", "KmsMasterKeyId": getAtt(logicalID(f.def, f.def.DataKey), "Arn"),
 	})
 	hasProps(t, tpl, "AWS::SNS::Topic", props{
+		"DisplayName": "Hourglass order events", "KmsMasterKeyId": getAtt(logicalID(f.def, f.def.DataKey), "Arn"),
+	})
+	hasProps(t, tpl, "AWS::SNS::Topic", props{
 		"DisplayName": "Hourglass ops alarms", "KmsMasterKeyId": getAtt(logicalID(f.def, f.def.AlarmKey), "Arn"),
 	})
-	for _, topic := range []string{logicalID(f.def, f.def.FinanceTopic), logicalID(f.def, f.def.AlarmTopic)} {
+	for _, topic := range []string{logicalID(f.def, f.def.FinanceTopic), logicalID(f.def, f.def.OrdersTopic), logicalID(f.def, f.def.AlarmTopic)} {
 		hasProps(t, tpl, "AWS::SNS::TopicPolicy", props{
 			"Topics": []any{ref(topic)},
 			"PolicyDocument": like(props{"Statement": arrayWith(like(props{
@@ -218,10 +222,10 @@ func TestTopics(t *testing.T) {
 			}))}),
 		})
 	}
-	// The finance queue's subscription; each e-mail given subscribes to
-	// its topic.
-	count(t, tpl, "AWS::SNS::Subscription", 1)
-	count(t, f.optTpl, "AWS::SNS::Subscription", 3)
+	// The finance and orders queues' subscriptions; each e-mail given
+	// subscribes to its topic.
+	count(t, tpl, "AWS::SNS::Subscription", 2)
+	count(t, f.optTpl, "AWS::SNS::Subscription", 4)
 	hasProps(t, f.optTpl, "AWS::SNS::Subscription", props{
 		"Protocol": "email", "Endpoint": "finance@example.org", "TopicArn": ref(logicalID(f.opt, f.opt.FinanceTopic)),
 	})
@@ -406,11 +410,15 @@ var wantRoutes = []struct{ key, fn, auth string }{
 	{"POST /v1/withdrawals", fnEnqueue, "JWT"},
 	{"GET /v1/withdrawals", fnEnqueue, "JWT"},
 	{"GET /v1/withdrawals/{id}", fnEnqueue, "JWT"},
+	{"PATCH /v1/withdrawals/{id}", fnEnqueue, "JWT"},
 	{"DELETE /v1/withdrawals/{id}", fnEnqueue, "JWT"},
 	{"GET /v1/admin/stats", fnEnqueue, "AWS_IAM"},
 	{"GET /healthz", fnEnqueue, "NONE"},
 	// The provider's callbacks: no JWT, the signature authenticates.
 	{"POST /v1/webhooks/payouts", fnEnqueue, "NONE"},
+	// The payment provider's confirmations, likewise, on the function that
+	// serves the payouts' (app.WithdrawalAPI).
+	{"POST /v1/webhooks/payments", fnEnqueue, "NONE"},
 	{"PUT /v1/seckill/items/{item_id}", fnSeckill, "AWS_IAM"},
 	{"GET /v1/seckill/items/{item_id}", fnSeckill, "NONE"},
 	{"POST /v1/seckill/items/{item_id}/purchases", fnSeckill, "JWT"},
@@ -515,6 +523,15 @@ func TestApiStage(t *testing.T) {
 	if p := routeThrottles["POST /v1/seckill/items/{item_id}/purchases"]; p.rate >= defaultThrottle.rate || p.burst >= defaultThrottle.burst {
 		t.Errorf("purchases throttle %+v is not tighter than the default %+v", p, defaultThrottle)
 	}
+	// The unauthenticated callbacks get a throttle of their own, tighter
+	// than the default, in the stage itself (the functions limit each source
+	// further, HOURGLASS_RATE_WEBHOOK_SOURCE).
+	for _, key := range []string{"POST /v1/webhooks/payouts", "POST /v1/webhooks/payments"} {
+		got := mustJSON(settings[key])
+		if want := mustJSON(props{"ThrottlingRateLimit": 50, "ThrottlingBurstLimit": 100, "DetailedMetricsEnabled": true}); got != want {
+			t.Errorf("%s throttled %s, want %s", key, got, want)
+		}
+	}
 	keys := map[string]bool{}
 	for _, r := range wantRoutes {
 		keys[r.key] = true
@@ -567,9 +584,10 @@ func TestAlarms(t *testing.T) {
 	// due lag, DLQ, 4 function errors, poller heartbeat, unresolved payouts,
 	// refused credentials, callback conflicts, one per Redis shard; poller
 	// failures, API 5xx, reconciler repairs, DLQ age, finance deliveries
-	// and finance DLQ (TestNewAlarms)
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6)
+	// and finance DLQ, order-event deliveries, orders DLQ and failed order
+	// expiries (TestNewAlarms)
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6+3)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6+3)
 	// A payout that may have been made and is still unsettled pages.
 	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
 		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{
@@ -646,6 +664,8 @@ func TestDashboard(t *testing.T) {
 		metrics.CompensationRequeued, metrics.CompensationReleased,
 		`\"AWS/Lambda\",\"Errors\"`, `\"AWS/Lambda\",\"Duration\"`, "ApproximateNumberOfMessagesVisible",
 		"DatabaseMemoryUsagePercentage", `\"Queue\",\"withdrawals\"`, `\"Queue\",\"seckill\"`, "backlog_full",
+		// Order events undelivered, and expiries of unpaid orders that fail.
+		"orders dead-letter queue", metrics.OrderExpiryFailures,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("dashboard lacks %s", want)
@@ -673,7 +693,7 @@ func TestDashboard(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	f := stacks(t)
 	for _, out := range []string{"ApiUrl", "WorkQueueUrl", "DeadLetterQueueUrl", "FinanceTopicArn", "AlarmTopicArn",
-		"FinanceQueueUrl", "FinanceDeadLetterQueueUrl",
+		"FinanceQueueUrl", "FinanceDeadLetterQueueUrl", "OrdersTopicArn", "OrdersQueueUrl", "OrdersDeadLetterQueueUrl",
 		"RedisConfigurationEndpoint", "RedisAuthSecretArn", "DashboardUrl",
 		"EnqueueLogGroup", "SeckillLogGroup", "PollerLogGroup", "ConsumerLogGroup"} {
 		check(t, "output "+out, func() { f.defTpl.HasOutput(jsii.String(out), assertions.Match_AnyValue()) })

@@ -79,7 +79,7 @@ quiet when it is not. --json prints machine-readable output on standard output.`
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd(), signCmd())
+	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd(), withdrawalsCmd(), signCmd())
 	return cmd
 }
 

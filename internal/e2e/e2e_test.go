@@ -49,6 +49,7 @@ type stack struct {
 	sqs      *sqsfake.Server
 	provider *fakes.Provider
 	finance  *fakes.Finance
+	orders   *fakes.OrderEvents
 	consumer *sqsfake.EventSource
 }
 
@@ -60,7 +61,8 @@ func start(t *testing.T) *stack {
 	}
 	redis := redistest.Start(t)
 	s := &stack{t: t, fns: map[string]*rie.Function{}, sizes: map[string]int64{},
-		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret")}
+		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret"),
+		orders: fakes.NewOrderEvents(t, "ord-secret")}
 	common := []string{
 		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
 		// The operator role whose session the admin fixtures' IAM context
@@ -75,7 +77,9 @@ func start(t *testing.T) *stack {
 		"poller": {"WORK_QUEUE_URL=" + sqsfake.QueueURL, "AWS_ENDPOINT_URL_SQS=" + s.sqs.URL,
 			"HOURGLASS_POLL_INTERVAL=100ms", "HOURGLASS_POLLER_MARGIN=" + pollerMargin},
 		"consumer": {"PAYOUT_URL=" + s.provider.URL, "PAYOUT_SIGNING_SECRET=pay-secret",
-			"FINANCE_WEBHOOK_URL=" + s.finance.URL, "FINANCE_SIGNING_SECRET=fin-secret"},
+			"FINANCE_WEBHOOK_URL=" + s.finance.URL, "FINANCE_SIGNING_SECRET=fin-secret",
+			// A Lambda function has no log to fall back to for order events.
+			"ORDERS_WEBHOOK_URL=" + s.orders.URL, "ORDERS_SIGNING_SECRET=ord-secret"},
 	}
 	for _, name := range functions {
 		bootstrap := filepath.Join(dir, name, "bootstrap")

@@ -72,7 +72,23 @@ func (f fate) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin)
 	if f.dead() {
 		return withdrawal.Withdrawal{}, 0, errDied
 	}
+	before, ferr := f.Ledger.Find(ctx, ref.ID)
 	got, start, err := f.Ledger.Begin(ctx, ref, b)
+	if err == nil && start == withdrawal.StartAttempt && ferr == nil &&
+		(before.Status == withdrawal.Scheduled || before.Status == withdrawal.Retrying) {
+		// Never early: an attempt starts no sooner than the record's due
+		// time (the last reschedule answered 200, or the retry's); a
+		// delivery that does not say what it was claimed for is allowed
+		// the ledger's clock skew, as before reschedules.
+		limit := before.DueAt
+		if b.Claimed.IsZero() {
+			limit = limit.Add(-ledger.ClockSkew)
+		}
+		if b.Now.Before(limit) {
+			f.w.early = append(f.w.early, fmt.Sprintf("%s began at %s, due %s (claimed for %s)", ref.ID,
+				b.Now.Sub(t0), before.DueAt.Sub(t0), b.Claimed.Sub(t0)))
+		}
+	}
 	if err == nil && start == withdrawal.StartAttempt && f.w.dying == afterBegin {
 		f.w.dead.Store(true)
 		return withdrawal.Withdrawal{}, 0, errDied
@@ -178,6 +194,8 @@ type world struct {
 	user map[string]string
 	// cancelled: a cancel the API answered 200.
 	cancelled map[string]bool
+	// early lists attempts that began before their record's due time.
+	early     []string
 	lookupsOn bool
 	steps     int
 	stats     *runStats
@@ -344,6 +362,54 @@ func (w *world) cancel(t *rapid.T) {
 	}
 }
 
+// reschedule moves a withdrawal as its owner, to a time a moment to minutes
+// away, with no If-Match, the current ETag or a stale one.
+func (w *world) reschedule(t *rapid.T) {
+	id, ok := w.pick("reschedule-id")
+	if !ok {
+		t.Skip("nothing to reschedule")
+	}
+	ctx := context.Background()
+	cur, err := w.led.Find(ctx, id)
+	if err != nil {
+		t.Skip("not stored") // a create whose answer was lost may not have landed
+	}
+	body := rapid.SampledFrom([]string{`{"delay_seconds":0}`, `{"delay_seconds":1}`, `{"delay_seconds":300}`,
+		fmt.Sprintf(`{"process_at":%q}`, clock.Format(w.now().Add(300*time.Millisecond))),
+		fmt.Sprintf(`{"process_at":%q}`, clock.Format(w.now().Add(1500*time.Millisecond))),
+		fmt.Sprintf(`{"process_at":%q}`, clock.Format(w.now().Add(90*time.Second+7*time.Millisecond)))}).Draw(t, "reschedule-to")
+	match := rapid.SampledFrom([]string{"", "current", "stale"}).Draw(t, "if-match")
+	ifMatch := map[string]string{"": "", "current": cur.ETag(), "stale": withdrawal.ETagOf(id, cur.Revision-1)}[match]
+	w.armLoss("reschedule-loss")
+	got, err := w.svc.Reschedule(ctx, w.user[id], id, []byte(body), ifMatch)
+	w.lose.Disarm()
+	w.logf("reschedule %s to %s (if-match %s): %s due %s %v", id, body, match, got.Status, got.DueAt.Sub(t0), err)
+	after, ferr := w.led.Find(ctx, id)
+	if ferr != nil {
+		t.Fatalf("find %s: %v", id, ferr)
+	}
+	switch {
+	case err == nil:
+		if match == "stale" {
+			w.fatalf(t, "a stale If-Match was admitted: %s", id)
+		}
+		if !after.DueAt.Equal(got.DueAt) || after.Revision != got.Revision {
+			w.fatalf(t, "a 200 for due %s, the record says %s", got.DueAt.Sub(t0), after.DueAt.Sub(t0))
+		}
+	case errors.Is(err, withdrawal.ErrNotReschedulable):
+		if got.Reschedulable() || cur.Reschedulable() {
+			w.fatalf(t, "409 for %s, which could move (%s maybe=%v)", id, got.Status, got.MaybePaid)
+		}
+	case errors.Is(err, withdrawal.ErrPreconditionFailed):
+		if match != "stale" {
+			w.fatalf(t, "412 for %s with If-Match %q", id, match)
+		}
+	case errors.Is(err, lostreply.ErrLost):
+	default:
+		t.Fatalf("reschedule: %v", err)
+	}
+}
+
 // poll claims what is due and hands it to the work queue (the AWS wiring:
 // acked as soon as the work queue has it); crash claims and dies before
 // handing over, so the jobs wait for their lease to expire.
@@ -374,7 +440,7 @@ func (w *world) deliver(t *rapid.T) {
 	i := rapid.IntRange(0, len(w.sqs)-1).Draw(t, "message")
 	job := w.sqs[i]
 	dup := rapid.IntRange(0, 4).Draw(t, "duplicate") == 0 // SQS delivers it again later too
-	err := w.process(t, withdrawal.Ref{Shard: job.Shard, ID: job.ID})
+	err := w.process(t, withdrawal.Ref{Shard: job.Shard, ID: job.ID}, time.UnixMilli(job.Due).UTC())
 	if err == nil && !dup {
 		w.sqs = slices.Delete(w.sqs, i, i+1)
 	}
@@ -386,12 +452,12 @@ func (w *world) stray(t *rapid.T) {
 	if !ok {
 		t.Skip("nothing")
 	}
-	_ = w.process(t, w.ref(id))
+	_ = w.process(t, w.ref(id), time.Time{})
 }
 
 // process runs the payout step for one delivery, with the provider's
 // answers, a possible death of the consumer and lost ledger answers drawn.
-func (w *world) process(t *rapid.T, ref withdrawal.Ref) error {
+func (w *world) process(t *rapid.T, ref withdrawal.Ref, claimed time.Time) error {
 	n := rapid.IntRange(0, 2).Draw(t, "posts")
 	posts := make([]behavior, n)
 	for i := range posts {
@@ -412,7 +478,7 @@ func (w *world) process(t *rapid.T, ref withdrawal.Ref) error {
 	w.prov.script(posts, looks, onCall)
 	w.armLoss("process-loss")
 	lost := w.lose.Lost()
-	err := w.proc.Process(context.Background(), ref)
+	err := w.proc.ProcessClaimed(context.Background(), ref, claimed)
 	w.logf("process %s: posts %v looks %v death %d lost %d: %v", ref.ID, posts, looks, w.dying, w.lose.Lost()-lost, err)
 	w.lose.Disarm()
 	w.prov.script(nil, nil, nil)
@@ -525,6 +591,9 @@ func (w *world) resume(t *rapid.T) {
 // check holds after every step: the ledger never contradicts the money.
 func (w *world) check(t *rapid.T) {
 	w.steps++
+	if len(w.early) > 0 {
+		w.fatalf(t, "paid early: %s", strings.Join(w.early, "; "))
+	}
 	var state []string
 	for _, id := range w.ids {
 		rec, err := w.led.Find(context.Background(), id)
@@ -605,7 +674,7 @@ func (w *world) settle(t *rapid.T) {
 		for len(w.sqs) > 0 {
 			job := w.sqs[0]
 			w.sqs = w.sqs[1:]
-			if err := w.proc.Process(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID}); err != nil {
+			if err := w.proc.ProcessClaimed(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID}, time.UnixMilli(job.Due).UTC()); err != nil {
 				w.fatalf(t, "settle: process %s: %v", job.ID, err)
 			}
 		}
@@ -673,6 +742,14 @@ func run(e env, stats *runStats) func(*rapid.T) {
 		t.Repeat(map[string]func(*rapid.T){
 			"create":     act("create", w.create),
 			"cancel":     act("cancel", w.cancel),
+			"reschedule": act("reschedule", w.reschedule),
+			// A reschedule between the claim and its delivery: the old
+			// time's message must not pay before the new time.
+			"poll-reschedule-deliver": act("poll-reschedule-deliver", func(t *rapid.T) {
+				w.poll(false)
+				w.reschedule(t)
+				w.deliver(t)
+			}),
 			"poll":       act("poll", func(*rapid.T) { w.poll(false) }),
 			"poll-crash": act("poll-crash", func(*rapid.T) { w.poll(true) }),
 			// Deliveries are where attempts, deaths and lost answers meet:

@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/shared/clock"
@@ -39,6 +38,7 @@ import (
 	"github.com/hourglass/hourglass/shared/redisconn"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/secrets"
+	"github.com/hourglass/hourglass/shared/snstopic"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -85,6 +85,9 @@ type App struct {
 	// use: from the configuration (New), or kept fresh from Secrets Manager
 	// (OpenSecrets, set by ForLambda).
 	Secrets Secrets
+
+	// lambda: built by ForLambda, where no channel may fall back to a log.
+	lambda bool
 
 	scheduled atomic.Pointer[func(time.Time)]
 
@@ -466,33 +469,20 @@ func (a *App) Provider(simulated bool) (withdrawal.Provider, error) {
 // the webhook of FINANCE_WEBHOOK_URL (both, in that order, when both are
 // set), or, where neither is and logOK (the local stack), JSON lines on out.
 func (a *App) Notifier(ctx context.Context, out io.Writer, logOK bool) (withdrawal.Notifier, error) {
-	var all finance.Both
-	if a.Config.FinanceTopicARN != "" {
-		awsCfg, err := AWSConfig(ctx)
-		if err != nil {
-			return nil, err
-		}
-		topic, err := finance.NewSNS(sns.NewFromConfig(awsCfg), a.Config.FinanceTopicARN)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, topic)
-	}
-	if a.Config.FinanceWebhookURL != "" {
-		hook, err := finance.NewWebhook(finance.WebhookConfig{
-			URL: a.Config.FinanceWebhookURL, Keys: a.Secrets.Finance, Clock: a.Clock,
-		})
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, hook)
+	all, err := channels(ctx, a.Config.FinanceTopicARN, func(api snstopic.API) (withdrawal.Notifier, error) {
+		return finance.NewSNS(api, a.Config.FinanceTopicARN)
+	}, a.Config.FinanceWebhookURL, func() (withdrawal.Notifier, error) {
+		return finance.NewWebhook(finance.WebhookConfig{URL: a.Config.FinanceWebhookURL, Keys: a.Secrets.Finance, Clock: a.Clock})
+	})
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case len(all) == 1:
 		return all[0], nil
 	case len(all) > 1:
 		// In AWS the topic is always there; a webhook is told as well.
-		return all, nil
+		return finance.Both(all), nil
 	case logOK:
 		return finance.NewLog(out), nil
 	}
@@ -708,6 +698,7 @@ func ForLambda(require ...string) *App {
 		Fatal(log, "wiring", err)
 	}
 	a.Secrets = sec
+	a.lambda = true
 	a.EmitMetricsTo(os.Stdout)
 	return a
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,9 +161,17 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		g.Go(func() error {
 			user := "user-" + strconv.Itoa(i%users)
 			body := fmt.Sprintf(`{"amount":"%d.%02d","currency":"CNY","destination":"bank_6222","delay_seconds":0}`, 10+i, i%100)
+			if i%4 == 0 { // due in an hour, then rescheduled to now: the script runs on the shard's slot
+				body = strings.Replace(body, `"delay_seconds":0`, `"delay_seconds":3600`, 1)
+			}
 			cr, err := a.Service.Create(ctx, user, "key-"+strconv.Itoa(i), []byte(body))
 			if err != nil {
 				return fmt.Errorf("create %d for %s: %w", i, user, err)
+			}
+			if i%4 == 0 {
+				if _, err := a.Service.Reschedule(ctx, user, cr.ID, []byte(`{"delay_seconds":0}`), cr.ETag); err != nil {
+					return fmt.Errorf("reschedule %d for %s: %w", i, user, err)
+				}
 			}
 			created[i] = made{user: user, id: cr.ID}
 			return nil

@@ -984,3 +984,44 @@ func TestDynamoReconcileRepairsMoreThanAPage(t *testing.T) {
 		t.Fatalf("second pass repaired %+v (%v), want nothing", rep, err)
 	}
 }
+
+// TestDynamoRescheduleAcrossTheHorizon: a withdrawal moved beyond the
+// horizon leaves Redis (the old time never fires) and is promoted nearer
+// its new time; one moved from beyond it into it is scheduled at once.
+func TestDynamoRescheduleAcrossTheHorizon(t *testing.T) {
+	db := dynalitetest.Start(t)
+	clk := clock.NewFake(dynT0)
+	e := newDynLedgerEnv(t, db, clk, nil)
+	ctx := context.Background()
+	c, err := e.svc.Create(ctx, "alice", "k", []byte(`{"amount":"1.00","currency":"EUR","destination":"d","delay_seconds":60}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := dynT0.Add(48*time.Hour + 5*time.Millisecond)
+	w, err := e.svc.Reschedule(ctx, "alice", c.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(far))), c.ETag)
+	if err != nil || !w.DueAt.Equal(far) {
+		t.Fatalf("reschedule beyond the horizon: %+v %v", w, err)
+	}
+	if e.holds(t, w) {
+		t.Fatal("a withdrawal moved two days ahead is still in Redis")
+	}
+	clk.Set(far.Add(-30 * time.Minute))
+	if rep, err := e.ledger.Reconcile(ctx, clk.Now()); err != nil || rep.Scheduled != 1 || !e.holds(t, w) {
+		t.Fatalf("reconcile near the new time: %+v %v", rep, err)
+	}
+	near := clk.Now().Add(time.Minute)
+	clk.Set(dynT0)
+	c2, err := e.svc.Create(ctx, "bob", "k", []byte(fmt.Sprintf(`{"amount":"1.00","currency":"EUR","destination":"d","process_at":%q}`,
+		clock.Format(dynT0.Add(72*time.Hour)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(near.Add(-time.Minute))
+	w2, err := e.svc.Reschedule(ctx, "bob", c2.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(near))), "")
+	if err != nil || !e.holds(t, w2) {
+		t.Fatalf("reschedule into the horizon: %+v %v, held %v", w2, err, e.holds(t, w2))
+	}
+	if score, err := e.rdb.ZScore(ctx, e.queue.Keys(w2.Shard).Due, w2.ID).Result(); err != nil || int64(score) != near.UnixMilli() {
+		t.Fatalf("due score %v (%v), want %d", int64(score), err, near.UnixMilli())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -116,7 +117,11 @@ func Withdrawals(p *withdrawal.Processor) JobFunc {
 		if job.Queue != withdrawal.QueueName {
 			return fmt.Errorf("consumer: payout job from queue %q", job.Queue)
 		}
-		return p.Process(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID})
+		var claimed time.Time
+		if job.Due > 0 {
+			claimed = time.UnixMilli(job.Due).UTC()
+		}
+		return p.ProcessClaimed(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID}, claimed)
 	}
 }
 

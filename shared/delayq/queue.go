@@ -149,6 +149,13 @@ func (q *Queue) AddNoEarlier(ctx context.Context, n int, id string, due time.Tim
 	return q.add(ctx, n, id, due, q.rdb.ZAddGT)
 }
 
+// AddNoLater schedules job id on shard n at due, unless it is scheduled
+// earlier already (ZADD LT): an early job is harmless (the ledger puts it
+// back at its record's time), a late one pays late.
+func (q *Queue) AddNoLater(ctx context.Context, n int, id string, due time.Time) error {
+	return q.add(ctx, n, id, due, q.rdb.ZAddLT)
+}
+
 func (q *Queue) add(ctx context.Context, n int, id string, due time.Time,
 	zadd func(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd) error {
 	k, err := q.shard(n)
@@ -494,6 +501,13 @@ type Ref struct {
 // Holds reports, in one pipelined round trip, which jobs the queue holds
 // (scheduled or leased). Jobs on shards the queue does not have are not held.
 func (q *Queue) Holds(ctx context.Context, refs []Ref) ([]bool, error) {
+	return q.HoldsBy(ctx, refs, nil)
+}
+
+// HoldsBy is Holds where a scheduled job counts as held only if it is due
+// no later than by[i] (a zero by[i], or a nil by: at any time); a leased
+// job is held.
+func (q *Queue) HoldsBy(ctx context.Context, refs []Ref, by []time.Time) ([]bool, error) {
 	out := make([]bool, len(refs))
 	if len(refs) == 0 {
 		return out, nil
@@ -514,7 +528,14 @@ func (q *Queue) Holds(ctx context.Context, refs []Ref) ([]bool, error) {
 		return nil, fmt.Errorf("delayq: look up %d jobs of %s: %w", len(refs), q.name, err)
 	}
 	for i, c := range cmds {
-		out[i] = c.due != nil && (c.due.Err() == nil || c.inflight.Err() == nil)
+		if c.due == nil {
+			continue
+		}
+		scheduled := c.due.Err() == nil
+		if scheduled && by != nil && !by[i].IsZero() && int64(c.due.Val()) > by[i].UnixMilli() {
+			scheduled = false // too late: it must be due by then
+		}
+		out[i] = scheduled || c.inflight.Err() == nil
 	}
 	return out, nil
 }

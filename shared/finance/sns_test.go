@@ -4,93 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
-
-// SNS speaks the awsquery protocol: a form-encoded POST with Action=Publish,
-// answered in XML (see the SDK's request_snapshot/Publish.request.snap).
-const (
-	publishOK = `<PublishResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/">
-<PublishResult><MessageId>94f20ce6-13c5-43a0-9a9e-ca52d816e90b</MessageId></PublishResult>
-<ResponseMetadata><RequestId>f187a3c1-376f-11df-8963-01868b7c937a</RequestId></ResponseMetadata>
-</PublishResponse>`
-	publishNotFound = `<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/">
-<Error><Type>Sender</Type><Code>NotFound</Code><Message>Topic does not exist</Message></Error>
-<RequestId>9dd01905-5012-5f99-8663-4b3ecd0dfaef</RequestId>
-</ErrorResponse>`
-	publishInternal = `<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/">
-<Error><Type>Receiver</Type><Code>InternalError</Code><Message>Internal error</Message></Error>
-<RequestId>9dd01905-5012-5f99-8663-4b3ecd0dfaf0</RequestId>
-</ErrorResponse>`
-)
-
-// snsRequest is a Publish call as the server decoded it.
-type snsRequest struct {
-	form          url.Values
-	authorization string
-}
-
-// newSNSServer is an SNS endpoint answering every call with status and body; a
-// real *sns.Client talks to it.
-func newSNSServer(t *testing.T, status int, body string) (*sns.Client, <-chan snsRequest) {
-	t.Helper()
-	got := make(chan snsRequest, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/" {
-			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
-			return
-		}
-		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
-			http.Error(w, "unexpected content type "+ct, http.StatusBadRequest)
-			return
-		}
-		if err := r.ParseForm(); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		got <- snsRequest{form: r.PostForm, authorization: r.Header.Get("Authorization")}
-		w.Header().Set("Content-Type", "text/xml")
-		w.Header().Set("X-Amzn-Requestid", "f187a3c1-376f-11df-8963-01868b7c937a")
-		w.WriteHeader(status)
-		fmt.Fprint(w, body)
-	}))
-	t.Cleanup(srv.Close)
-	client := sns.New(sns.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(srv.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG", ""),
-		Retryer:      aws.NopRetryer{},
-		HTTPClient:   srv.Client(),
-	})
-	return client, got
-}
-
-// attributes decodes MessageAttributes.entry.N.{Name,Value.DataType,Value.StringValue}.
-func attributes(t *testing.T, form url.Values) map[string][2]string {
-	t.Helper()
-	attrs := map[string][2]string{}
-	for i := 1; ; i++ {
-		p := fmt.Sprintf("MessageAttributes.entry.%d.", i)
-		name := form.Get(p + "Name")
-		if name == "" {
-			return attrs
-		}
-		attrs[name] = [2]string{form.Get(p + "Value.DataType"), form.Get(p + "Value.StringValue")}
-	}
-}
 
 func TestSNSPublishes(t *testing.T) {
 	tests := []struct {
@@ -103,7 +27,7 @@ func TestSNSPublishes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			client, got := newSNSServer(t, http.StatusOK, publishOK)
+			client, got := fakes.NewSNS(t, http.StatusOK, fakes.SNSPublishOK)
 			s, err := NewSNS(client, tt.topic)
 			if err != nil {
 				t.Fatalf("NewSNS: %v", err)
@@ -114,21 +38,21 @@ func TestSNSPublishes(t *testing.T) {
 			}
 
 			r := <-got
-			if !strings.HasPrefix(r.authorization, "AWS4-HMAC-SHA256 ") {
-				t.Errorf("Authorization = %q, want a SigV4 signature", r.authorization)
+			if !strings.HasPrefix(r.Authorization, "AWS4-HMAC-SHA256 ") {
+				t.Errorf("Authorization = %q, want a SigV4 signature", r.Authorization)
 			}
 			for name, want := range map[string]string{
 				"Action":   "Publish",
 				"Version":  "2010-03-31",
 				"TopicArn": tt.topic,
 			} {
-				if got := r.form.Get(name); got != want {
+				if got := r.Form.Get(name); got != want {
 					t.Errorf("%s = %q, want %q", name, got, want)
 				}
 			}
 			var msg withdrawal.Processed
-			if err := json.Unmarshal([]byte(r.form.Get("Message")), &msg); err != nil {
-				t.Fatalf("Message %q does not parse: %v", r.form.Get("Message"), err)
+			if err := json.Unmarshal([]byte(r.Form.Get("Message")), &msg); err != nil {
+				t.Fatalf("Message %q does not parse: %v", r.Form.Get("Message"), err)
 			}
 			if diff := cmp.Diff(m, msg); diff != "" {
 				t.Errorf("Message (-want +got):\n%s", diff)
@@ -138,17 +62,17 @@ func TestSNSPublishes(t *testing.T) {
 				"status":        {"String", "paid"},
 				"withdrawal_id": {"String", "wd-1"},
 			}
-			if diff := cmp.Diff(wantAttrs, attributes(t, r.form)); diff != "" {
+			if diff := cmp.Diff(wantAttrs, r.Attributes()); diff != "" {
 				t.Errorf("MessageAttributes (-want +got):\n%s", diff)
 			}
 			var wantGroup, wantDedup []string
 			if tt.fifo {
 				wantGroup, wantDedup = []string{"wd-1"}, []string{"wd-1"}
 			}
-			if diff := cmp.Diff(wantGroup, r.form["MessageGroupId"]); diff != "" {
+			if diff := cmp.Diff(wantGroup, r.Form["MessageGroupId"]); diff != "" {
 				t.Errorf("MessageGroupId (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(wantDedup, r.form["MessageDeduplicationId"]); diff != "" {
+			if diff := cmp.Diff(wantDedup, r.Form["MessageDeduplicationId"]); diff != "" {
 				t.Errorf("MessageDeduplicationId (-want +got):\n%s", diff)
 			}
 		})
@@ -162,12 +86,12 @@ func TestSNSErrors(t *testing.T) {
 		body   string
 		code   string
 	}{
-		{"topic not found", http.StatusNotFound, publishNotFound, "NotFound"},
-		{"internal error", http.StatusInternalServerError, publishInternal, "InternalError"},
+		{"topic not found", http.StatusNotFound, fakes.SNSPublishNotFound, "NotFound"},
+		{"internal error", http.StatusInternalServerError, fakes.SNSPublishInternal, "InternalError"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			client, _ := newSNSServer(t, tt.status, tt.body)
+			client, _ := fakes.NewSNS(t, tt.status, tt.body)
 			s, err := NewSNS(client, "arn:aws:sns:us-east-1:123456789012:finance-payouts")
 			if err != nil {
 				t.Fatalf("NewSNS: %v", err)
@@ -184,7 +108,7 @@ func TestSNSErrors(t *testing.T) {
 }
 
 func TestSNSNotFoundIsTyped(t *testing.T) {
-	client, _ := newSNSServer(t, http.StatusNotFound, publishNotFound)
+	client, _ := fakes.NewSNS(t, http.StatusNotFound, fakes.SNSPublishNotFound)
 	s, err := NewSNS(client, "arn:aws:sns:us-east-1:123456789012:finance-payouts")
 	if err != nil {
 		t.Fatalf("NewSNS: %v", err)
@@ -197,7 +121,7 @@ func TestSNSNotFoundIsTyped(t *testing.T) {
 }
 
 func TestSNSRejectsMessageWithoutID(t *testing.T) {
-	client, got := newSNSServer(t, http.StatusOK, publishOK)
+	client, got := fakes.NewSNS(t, http.StatusOK, fakes.SNSPublishOK)
 	s, err := NewSNS(client, "arn:aws:sns:us-east-1:123456789012:finance-payouts.fifo")
 	if err != nil {
 		t.Fatalf("NewSNS: %v", err)

@@ -2,14 +2,9 @@ package finance
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"time"
 
-	"github.com/hourglass/hourglass/shared/clock"
-	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -19,28 +14,10 @@ var _ withdrawal.Notifier = (*Webhook)(nil)
 // DefaultWebhookTimeout bounds one webhook call when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
 
-// maxErrorBody bounds how much of a response body goes into an error.
-const maxErrorBody = 512
-
-// WebhookConfig configures a Webhook.
-type WebhookConfig struct {
-	// URL receives the POST (FINANCE_WEBHOOK_URL).
-	URL string
-	// Secret signs every body (FINANCE_SIGNING_SECRET).
-	Secret []byte
-	// Keys, if set, replaces Secret (FINANCE_SIGNING_SECRET_ID): each message
-	// is signed with its current key (finance accepts both keys while it
-	// rotates), and one refused with 401 or 403 is sent once more if the
-	// secret read again holds another key.
-	Keys secrets.Source
-	// Timeout bounds one call; 0 means DefaultWebhookTimeout.
-	Timeout time.Duration
-	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
-	// and the copy never follows redirects.
-	HTTPClient *http.Client
-	// Clock stamps signatures; nil means clock.System.
-	Clock clock.Clock
-}
+// WebhookConfig configures a Webhook: the URL is FINANCE_WEBHOOK_URL, the
+// secret FINANCE_SIGNING_SECRET (or its Keys, FINANCE_SIGNING_SECRET_ID), and a
+// zero Timeout means DefaultWebhookTimeout.
+type WebhookConfig = signedpost.WebhookConfig
 
 // Webhook POSTs each message, signed, to finance's URL. Anything but a 2xx
 // answer is an error, so the caller retries.
@@ -50,17 +27,7 @@ type Webhook struct {
 
 // NewWebhook checks cfg and returns a Webhook.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
-	e, err := signedpost.New(signedpost.Options{
-		Name:           "finance",
-		Party:          "webhook",
-		URL:            cfg.URL,
-		Secret:         cfg.Secret,
-		Keys:           cfg.Keys,
-		Timeout:        cfg.Timeout,
-		DefaultTimeout: DefaultWebhookTimeout,
-		HTTPClient:     cfg.HTTPClient,
-		Clock:          cfg.Clock,
-	})
+	e, err := cfg.Webhook("finance", DefaultWebhookTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -73,34 +40,8 @@ func (h *Webhook) Notify(ctx context.Context, m withdrawal.Processed) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.endpoint.Post(ctx, body, m.WithdrawalID)
-	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
-		h.endpoint.Rekeyed(ctx, resp) {
-		resp, err = h.endpoint.Post(ctx, body, m.WithdrawalID)
-	}
-	if err != nil {
+	if err := h.endpoint.Deliver(ctx, body, m.WithdrawalID); err != nil {
 		return fmt.Errorf("finance: webhook %s: %w", m.WithdrawalID, err)
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return nil
-	}
-	msg := fmt.Sprintf("finance: webhook %s: %s answered %s", m.WithdrawalID, h.endpoint.Where(), resp.Status)
-	if loc := resp.Redirect(); loc != "" {
-		msg += fmt.Sprintf(" (redirect to %q not followed)", loc)
-	}
-	if snippet := excerpt(resp.Text()); snippet != "" {
-		msg += fmt.Sprintf(": %q", snippet)
-	} else if resp.BodyErr != nil {
-		msg += fmt.Sprintf(" (reading body: %v)", resp.BodyErr)
-	}
-	return errors.New(msg)
-}
-
-// excerpt trims a (scrubbed) response body for an error.
-func excerpt(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > maxErrorBody {
-		s = strings.ToValidUTF8(s[:maxErrorBody], "") + "…"
-	}
-	return s
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,32 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/signature"
 )
 
 var testSecret = []byte("finance-test-secret-do-not-leak")
-
-// received is what a test server saw of one request.
-type received struct {
-	method string
-	header http.Header
-	body   []byte
-}
-
-// newServer answers every request with status and body and reports what it
-// received on the returned channel.
-func newServer(t *testing.T, handler http.HandlerFunc) (*httptest.Server, <-chan received) {
-	t.Helper()
-	got := make(chan received, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		got <- received{method: r.Method, header: r.Header.Clone(), body: body}
-		handler(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, got
-}
 
 func newWebhook(t *testing.T, cfg WebhookConfig) *Webhook {
 	t.Helper()
@@ -55,7 +34,7 @@ func newWebhook(t *testing.T, cfg WebhookConfig) *Webhook {
 
 func TestWebhookSendsSignedMessage(t *testing.T) {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	srv, got := newServer(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	srv, got := fakes.NewRecorder(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	h := newWebhook(t, WebhookConfig{URL: srv.URL + "/finance/payouts", Clock: clock.NewFake(now)})
 
 	m := message(t, "wd-1")
@@ -64,28 +43,28 @@ func TestWebhookSendsSignedMessage(t *testing.T) {
 	}
 	r := <-got
 	want, _ := json.Marshal(m)
-	if string(r.body) != string(want) {
-		t.Errorf("body = %s, want %s", r.body, want)
+	if string(r.Body) != string(want) {
+		t.Errorf("body = %s, want %s", r.Body, want)
 	}
-	if r.method != http.MethodPost {
-		t.Errorf("method = %s, want POST", r.method)
+	if r.Method != http.MethodPost {
+		t.Errorf("method = %s, want POST", r.Method)
 	}
 	for name, want := range map[string]string{
 		"Content-Type":    "application/json",
 		"Idempotency-Key": "wd-1",
 	} {
-		if got := r.header.Get(name); got != want {
+		if got := r.Header.Get(name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	sig := r.header.Get(signature.Header)
+	sig := r.Header.Get(signature.Header)
 	if want := signature.Sign(testSecret, now, want); sig != want {
 		t.Errorf("%s = %q, want %q", signature.Header, sig, want)
 	}
-	if err := signature.Verify(testSecret, sig, r.body, now, time.Minute); err != nil {
+	if err := signature.Verify(testSecret, sig, r.Body, now, time.Minute); err != nil {
 		t.Errorf("signature.Verify: %v", err)
 	}
-	if err := signature.Verify([]byte("another secret"), sig, r.body, now, time.Minute); err == nil {
+	if err := signature.Verify([]byte("another secret"), sig, r.Body, now, time.Minute); err == nil {
 		t.Error("signature verifies under another secret")
 	}
 }
@@ -114,7 +93,7 @@ func TestWebhookStatus(t *testing.T) {
 			var redirected atomic.Bool
 			elsewhere := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { redirected.Store(true) }))
 			t.Cleanup(elsewhere.Close)
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv, _ := fakes.NewRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 				if tt.status >= 300 && tt.status < 400 {
 					w.Header().Set("Location", elsewhere.URL)
 				}
@@ -147,7 +126,7 @@ func TestWebhookStatus(t *testing.T) {
 
 func TestWebhookTransportErrors(t *testing.T) {
 	release := make(chan struct{})
-	slow, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	slow, _ := fakes.NewRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-release:
@@ -186,7 +165,7 @@ func TestWebhookTransportErrors(t *testing.T) {
 }
 
 func TestWebhookErrorHidesURLCredentials(t *testing.T) {
-	srv, _ := newServer(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	srv, _ := fakes.NewRecorder(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

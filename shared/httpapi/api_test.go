@@ -910,6 +910,24 @@ func fixed(name, id string, mods ...mod) func(t *testing.T, s *stack) []byte {
 	return func(t *testing.T, _ *stack) []byte { return payload(t, name, id, mods...) }
 }
 
+// whileProcessing is a request of fixture for a withdrawal (made with
+// Idempotency-Key k) that the payout step has.
+func whileProcessing(fixture, k string) func(t *testing.T, s *stack) []byte {
+	return func(t *testing.T, s *stack) []byte {
+		v, _ := s.create(t, key(k), body(`{"amount":"5","currency":"CNY","destination":"d","delay_seconds":0}`))
+		begin(t, s, fixtureUser, v.ID)
+		return rawFixtureFor(t, fixture, v.ID)
+	}
+}
+
+// resched is a reschedule of a withdrawal of the fixture's user with body b.
+func resched(b string, mods ...mod) func(t *testing.T, s *stack) []byte {
+	return func(t *testing.T, s *stack) []byte {
+		v, _ := s.create(t, key("resched-"+strconv.Itoa(int(time.Now().UnixNano()))))
+		return payload(t, "withdrawal-reschedule", v.ID, append([]mod{body(b)}, mods...)...)
+	}
+}
+
 func withBody(b string, mods ...mod) func(t *testing.T, s *stack) []byte {
 	return fixed("withdrawal-create", "", append([]mod{body(b), key("validation")}, mods...)...)
 }
@@ -961,8 +979,8 @@ func problemCases() []problemCase {
 		// 405.
 		{name: "PUT /v1/withdrawals", req: fixed("withdrawal-create", "", route("PUT", "/v1/withdrawals")),
 			want: want{status: 405, code: "method_not_allowed", allow: []string{"GET", "POST"}}},
-		{name: "PATCH /v1/withdrawals/{id}", req: fixed("withdrawal-get", "", route("PATCH", "/v1/withdrawals/"+fixtureID)),
-			want: want{status: 405, code: "method_not_allowed", allow: []string{"DELETE", "GET"}}},
+		{name: "PUT /v1/withdrawals/{id}", req: fixed("withdrawal-get", "", route("PUT", "/v1/withdrawals/"+fixtureID)),
+			want: want{status: 405, code: "method_not_allowed", allow: []string{"DELETE", "GET", "PATCH"}}},
 		{name: "POST /healthz", req: fixed("healthz", "", route("POST", "/healthz")),
 			want: want{status: 405, code: "method_not_allowed", allow: []string{"GET"}}},
 		{name: "DELETE /v1/admin/stats", req: fixed("admin-stats", "", route("DELETE", "/v1/admin/stats")),
@@ -1062,12 +1080,73 @@ func problemCases() []problemCase {
 		// Cancel.
 		{
 			name: "cancel while processing",
-			req: func(t *testing.T, s *stack) []byte {
-				v, _ := s.create(t, key("processing"), body(`{"amount":"5","currency":"CNY","destination":"d","delay_seconds":0}`))
-				begin(t, s, fixtureUser, v.ID)
-				return rawFixtureFor(t, "withdrawal-cancel", v.ID)
-			},
+			req:  whileProcessing("withdrawal-cancel", "processing"),
 			want: want{status: 409, code: "not_cancellable"},
+		},
+
+		// Reschedule.
+		{name: "dev: reschedule without X-User-Id", dev: true, req: fixed("withdrawal-reschedule", ""), want: unauthenticated},
+		{name: "jwt: reschedule without authorizer", req: fixed("withdrawal-reschedule", "", noAuthorizer), want: unauthenticated},
+		{name: "someone else's withdrawal: reschedule", req: someoneElses("withdrawal-reschedule"), want: notFound},
+		{name: "reschedule a garbage id", req: fixed("withdrawal-reschedule", "garbage"), want: notFound},
+		{name: "reschedule an id that does not exist", req: fixed("withdrawal-reschedule", fixtureID), want: notFound},
+		{name: "reschedule an id that does not exist, If-Match *", req: fixed("withdrawal-reschedule", fixtureID, header("if-match", "*")), want: notFound},
+		{name: "reschedule: body of 16 KiB + 1", req: resched(`{"delay_seconds":1}` + strings.Repeat(" ", httpapi.MaxBody)), want: tooLarge},
+		{name: "reschedule: text/plain", req: resched(`{"delay_seconds":1}`, header("content-type", "text/plain")), want: unsupported},
+		{name: "reschedule: empty body", req: resched(``), want: invalid("body")},
+		{name: "reschedule: bad JSON", req: resched(`{"delay_seconds":`), want: invalid("body")},
+		{name: "reschedule: empty object", req: resched(`{}`), want: invalid("delay_seconds")},
+		{name: "reschedule: unknown field", req: resched(`{"delay_seconds":1,"amount":"1"}`), want: invalid("amount")},
+		{name: "reschedule: delay negative", req: resched(`{"delay_seconds":-1}`), want: invalid("delay_seconds")},
+		{name: "reschedule: delay over 30 days", req: resched(`{"delay_seconds":2592001}`), want: invalid("delay_seconds")},
+		{name: "reschedule: delay fractional", req: resched(`{"delay_seconds":0.5}`), want: invalid("delay_seconds")},
+		{name: "reschedule: process_at in the past", req: resched(`{"process_at":"` + past + `"}`), want: invalid("process_at")},
+		{name: "reschedule: process_at too far", req: resched(`{"process_at":"` + tooFar + `"}`), want: invalid("process_at")},
+		{name: "reschedule: process_at not RFC 3339", req: resched(`{"process_at":"tomorrow"}`), want: invalid("process_at")},
+		{name: "reschedule: delay and process_at", req: resched(`{"delay_seconds":1,"process_at":"` + tooFar + `"}`), want: invalid("process_at")},
+		{name: "reschedule: If-Match not an entity tag", req: resched(`{"delay_seconds":1}`, header("if-match", "abc")), want: invalid("If-Match")},
+		{name: "reschedule: If-Match a list", req: resched(`{"delay_seconds":1}`, header("if-match", `"a", "b"`)), want: invalid("If-Match")},
+		{name: "reschedule: bad If-Match and body", req: resched(`{"delay_seconds":-1}`, header("if-match", `"a`)), want: invalid("delay_seconds", "If-Match")},
+		{
+			name: "reschedule while processing",
+			req:  whileProcessing("withdrawal-reschedule", "resched-processing"),
+			want: want{status: 409, code: "not_reschedulable"},
+		},
+		{
+			name: "reschedule a cancelled one",
+			req: func(t *testing.T, s *stack) []byte {
+				v, _ := s.create(t, key("resched-cancelled"))
+				wantJSON(t, s.invoke(t, rawFixtureFor(t, "withdrawal-cancel", v.ID)), 200)
+				return rawFixtureFor(t, "withdrawal-reschedule", v.ID)
+			},
+			want: want{status: 409, code: "not_reschedulable"},
+		},
+		{
+			name: "reschedule with a stale ETag",
+			req: func(t *testing.T, s *stack) []byte {
+				v, resp := s.create(t, key("resched-stale"))
+				stale := resp.Headers["ETag"]
+				wantJSON(t, s.invoke(t, payload(t, "withdrawal-reschedule", v.ID, body(`{"delay_seconds":60}`))), 200)
+				return payload(t, "withdrawal-reschedule", v.ID, header("if-match", stale))
+			},
+			want: want{status: 412, code: "precondition_failed"},
+		},
+		{
+			name: "reschedule with a weak ETag",
+			req: func(t *testing.T, s *stack) []byte {
+				v, resp := s.create(t, key("resched-weak"))
+				return payload(t, "withdrawal-reschedule", v.ID, header("if-match", "W/"+resp.Headers["ETag"]))
+			},
+			want: want{status: 412, code: "precondition_failed"},
+		},
+		{
+			name: "reschedule with another withdrawal's ETag",
+			req: func(t *testing.T, s *stack) []byte {
+				v, _ := s.create(t, key("resched-other-1"))
+				_, other := s.create(t, key("resched-other-2"))
+				return payload(t, "withdrawal-reschedule", v.ID, header("if-match", other.Headers["ETag"]))
+			},
+			want: want{status: 412, code: "precondition_failed"},
 		},
 
 		// Admin routes.

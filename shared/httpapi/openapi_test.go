@@ -314,6 +314,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeValidationFailed, httpapi.CodePayloadTooLarge, httpapi.CodeUnsupportedMediaType,
 		httpapi.CodeUnauthenticated, httpapi.CodeForbidden, httpapi.CodeNotFound, httpapi.CodeMethodNotAllowed,
 		httpapi.CodeIdempotencyConflict, httpapi.CodeIdempotencyInFlight, httpapi.CodeNotCancellable,
+		httpapi.CodeNotReschedulable, httpapi.CodePreconditionFailed,
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
 		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
 		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable, httpapi.CodePaymentMismatch,
@@ -357,7 +358,10 @@ func TestOpenAPIResponses(t *testing.T) {
 			t.Fatal("no next_cursor on a full first page")
 		}
 		sp.invoke(t, s, payload(t, "withdrawal-list", "", query("limit", "100", "cursor", page.NextCursor)), true)
-		sp.invoke(t, s, rawFixtureFor(t, "withdrawal-get", id), true)
+		resp = sp.invoke(t, s, rawFixtureFor(t, "withdrawal-get", id), true)
+		wantStatus(t, sp.invoke(t, s, payload(t, "withdrawal-reschedule", id, header("if-match", resp.Headers["ETag"])), true), 200)
+		wantStatus(t, sp.invoke(t, s, payload(t, "withdrawal-reschedule", id,
+			body(`{"process_at":"`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)), true), 200)
 		wantStatus(t, sp.invoke(t, s, rawFixtureFor(t, "withdrawal-cancel", id), true), 200)
 		wantStatus(t, sp.invoke(t, s, rawFixture(t, "admin-stats"), true), 200)
 
@@ -458,6 +462,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		for _, p := range [][]byte{
 			payload(t, "withdrawal-create", "", idToken), payload(t, "withdrawal-list", "", idToken),
 			payload(t, "withdrawal-get", fixtureID, idToken), payload(t, "withdrawal-cancel", fixtureID, idToken),
+			payload(t, "withdrawal-reschedule", fixtureID, idToken),
 			itemPayload(t, "seckill-purchase", "rl-item", idToken), itemPayload(t, "seckill-purchase-me", "rl-item", idToken),
 		} {
 			checkProblem(t, sp.invoke(t, s, p, false), want{status: 403, code: "forbidden"})
@@ -513,6 +518,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		for _, p := range [][]byte{
 			rawFixture(t, "withdrawal-create"), rawFixture(t, "withdrawal-list"),
 			rawFixtureFor(t, "withdrawal-get", fixtureID), rawFixtureFor(t, "withdrawal-cancel", fixtureID),
+			rawFixtureFor(t, "withdrawal-reschedule", fixtureID),
 			rawFixture(t, "admin-stats"), rawFixture(t, "healthz"),
 			itemPayload(t, "seckill-preheat", fixtureItem, body(saleJSON(10, time.Now(), time.Now().Add(time.Hour), 1, 1))),
 			rawFixture(t, "seckill-item"),

@@ -26,6 +26,9 @@ type Problem struct {
 	RetryAfter int
 	// Allow is sent as the Allow header (405).
 	Allow string
+	// ETag, if set, is sent as the ETag header: the current entity tag of
+	// the resource a 412 refused to change.
+	ETag string
 }
 
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
@@ -42,6 +45,8 @@ const (
 	CodeIdempotencyConflict  = "idempotency_conflict"
 	CodeIdempotencyInFlight  = "idempotency_in_flight"
 	CodeNotCancellable       = "not_cancellable"
+	CodeNotReschedulable     = "not_reschedulable"
+	CodePreconditionFailed   = "precondition_failed"
 	CodeAlreadyPurchased     = "already_purchased"
 	CodeNotStarted           = "not_started"
 	CodeSoldOut              = "sold_out"
@@ -83,6 +88,8 @@ var titles = map[string]string{
 	CodeIdempotencyConflict:  "Idempotency key reused with another request",
 	CodeIdempotencyInFlight:  "A request with this idempotency key is in progress",
 	CodeNotCancellable:       "The withdrawal can no longer be cancelled",
+	CodeNotReschedulable:     "The withdrawal can no longer be rescheduled",
+	CodePreconditionFailed:   "The resource changed since the given ETag",
 	CodeAlreadyPurchased:     "The per-user limit of this item is reached",
 	CodeNotStarted:           "The sale has not started",
 	CodeSoldOut:              "Sold out",
@@ -150,6 +157,9 @@ func (p *Problem) response() events.APIGatewayV2HTTPResponse {
 	}
 	if p.Allow != "" {
 		h["Allow"] = p.Allow
+	}
+	if p.ETag != "" {
+		h["ETag"] = p.ETag
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: p.Status, Headers: h, Body: string(body)}
 }

@@ -36,6 +36,7 @@ func (h Withdrawals) Register(rt *Router) {
 	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, h.list)
 	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, h.get)
 	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, h.cancel)
+	rt.Handle(http.MethodPatch, "/v1/withdrawals/{id}", User, true, h.reschedule)
 	rt.MapErrors(withdrawalProblem)
 }
 
@@ -46,6 +47,7 @@ func (h Withdrawals) create(ctx context.Context, r *Request) (events.APIGatewayV
 	}
 	resp := RawJSON(http.StatusAccepted, c.Body)
 	resp.Headers["Location"] = "/v1/withdrawals/" + c.ID
+	resp.Headers["ETag"] = c.ETag
 	if c.Replayed {
 		resp.Headers["Idempotent-Replayed"] = "true"
 	}
@@ -57,7 +59,16 @@ func (h Withdrawals) get(ctx context.Context, r *Request) (events.APIGatewayV2HT
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	return JSON(http.StatusOK, w.View())
+	return withdrawalJSON(w)
+}
+
+// withdrawalJSON answers 200 with w and its ETag.
+func withdrawalJSON(w withdrawal.Withdrawal) (events.APIGatewayV2HTTPResponse, error) {
+	resp, err := JSON(http.StatusOK, w.View())
+	if err == nil {
+		resp.Headers["ETag"] = w.ETag()
+	}
+	return resp, err
 }
 
 type listBody struct {
@@ -94,7 +105,34 @@ func (h Withdrawals) cancel(ctx context.Context, r *Request) (events.APIGatewayV
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	return JSON(http.StatusOK, w.View())
+	return withdrawalJSON(w)
+}
+
+func (h Withdrawals) reschedule(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
+	w, err := h.Service.Reschedule(ctx, r.UserID, r.Params["id"], r.Body, r.Header("If-Match"))
+	switch {
+	case errors.Is(err, withdrawal.ErrPreconditionFailed):
+		p := NewProblem(http.StatusPreconditionFailed, CodePreconditionFailed,
+			"the withdrawal changed since the ETag given in If-Match; read it again")
+		p.ETag = w.ETag()
+		return events.APIGatewayV2HTTPResponse{}, p
+	case errors.Is(err, withdrawal.ErrNotReschedulable):
+		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusConflict, CodeNotReschedulable, notReschedulable(w))
+	case err != nil:
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return withdrawalJSON(w)
+}
+
+// notReschedulable says why w's time can no longer move.
+func notReschedulable(w withdrawal.Withdrawal) string {
+	switch {
+	case w.Status == withdrawal.Processing:
+		return "the withdrawal is being paid out and its time can no longer be changed"
+	case w.MaybePaid:
+		return "a payout call for this withdrawal may have gone through; its time can no longer be changed until the provider confirms"
+	}
+	return "the withdrawal is " + string(w.Status) + " and its time can no longer be changed"
 }
 
 func withdrawalProblem(err error) *Problem {

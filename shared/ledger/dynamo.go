@@ -187,6 +187,8 @@ func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 		ProcessedAt: it.time("processed_at"), ProcessingUntil: it.time("until"), Told: withdrawal.Status(it.str("told")),
 		MaybePaid: it.boolean("maybe_paid"), FirstSentAt: it.time("first_sent"), Attempt: it.str("aid"), Op: it.str("op"),
 		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"), RequestID: it.str("request_id"),
+		Revision: it.num("rev"), RescheduledBy: it.str("resched_by"), RescheduleReason: it.str("resched_reason"),
+		RescheduledAt: it.time("resched_at"), RescheduledFrom: it.time("resched_from"),
 	}, nil
 }
 
@@ -350,12 +352,15 @@ func (d *Dynamo) Create(ctx context.Context, w withdrawal.Withdrawal, key withdr
 	return nil
 }
 
-// schedule puts w in the Redis queue if it falls due within the horizon.
+// schedule puts w in the Redis queue if it falls due within the horizon,
+// keeping an earlier schedule the queue holds: the record and the queue are
+// written apart, so a write of an older due time may come after a newer
+// one; an early job is put back by Begin, a late one would pay late.
 func (d *Dynamo) schedule(ctx context.Context, w withdrawal.Withdrawal, now time.Time) {
 	if w.DueAt.After(now.Add(d.opts.Horizon)) {
 		return // the reconciler promotes it nearer the time
 	}
-	if err := d.q.Add(ctx, w.Shard, w.ID, w.DueAt); err != nil {
+	if err := d.q.AddNoLater(ctx, w.Shard, w.ID, w.DueAt); err != nil {
 		d.log.Warn("withdrawal recorded but not scheduled; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
 	}
 }
@@ -417,11 +422,13 @@ type change struct {
 // answer was lost, and the SDK sent it again.
 func (d *Dynamo) update(ctx context.Context, id string, c change) (withdrawal.Withdrawal, bool, error) {
 	op := newOp()
-	vals := item{":op": s(op)}
+	vals := item{":op": s(op), ":rev0": n(0), ":rev1": n(1)}
 	for k, v := range c.vals {
 		vals[k] = v
 	}
-	expr := "SET op = :op"
+	// Every write counts a revision (the ETag); a record written before
+	// revisions were kept is at 0.
+	expr := "SET op = :op, rev = if_not_exists(rev, :rev0) + :rev1"
 	if c.set != "" {
 		expr += ", " + c.set
 	}
@@ -501,6 +508,84 @@ func (d *Dynamo) Cancel(ctx context.Context, userID, id string, now time.Time) (
 	return w, withdrawal.ErrNotCancellable
 }
 
+// Reschedule implements withdrawal.Ledger: a conditional write of the
+// record (owner, state, no call that may have paid, the revision asked),
+// then the schedule in Redis, no later than one it holds. A process that
+// dies between the two leaves the old job: one due earlier than the new
+// time fires and Begin puts it back at the record's time (it starts a record
+// only at its own due time); one due later is brought forward by the
+// reconciler, which holds every scheduled record to a job due by its time.
+func (d *Dynamo) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdrawal.Withdrawal, error) {
+	vals := item{":due": ms(r.DueAt), ":now": ms(r.Now), ":u": s(r.UserID), ":by": s(r.By), ":why": s(r.Reason),
+		":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying))}
+	cond := "user_id = :u AND (#status = :scheduled OR #status = :retrying) AND attribute_not_exists(maybe_paid)"
+	if r.IfRevision != nil {
+		cond += " AND " + revisionIs(*r.IfRevision, vals)
+	}
+	w, ok, err := d.update(ctx, r.ID, change{
+		set: "resched_from = due_at, due_at = :due, updated_at = :now, resched_by = :by, resched_reason = :why, " +
+			"resched_at = :now",
+		cond: cond, names: statusName, vals: vals,
+	})
+	switch {
+	case errors.Is(err, withdrawal.ErrNotFound):
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	case err != nil:
+		return withdrawal.Withdrawal{}, err
+	case w.UserID != r.UserID:
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	case ok:
+		d.reschedule(ctx, w, r.Now, func() error {
+			if w.DueAt.After(r.Now.Add(d.opts.Horizon)) {
+				_, err := d.q.Cancel(ctx, w.Shard, w.ID) // the reconciler promotes it nearer the time
+				return err
+			}
+			return d.q.Add(ctx, w.Shard, w.ID, w.DueAt)
+		})
+		return w, nil
+	case r.IfRevision != nil && w.Revision != *r.IfRevision:
+		return rescheduled(4, w)
+	}
+	return rescheduled(3, w)
+}
+
+// reschedule moves w's job with move (to w's new time, which may be later
+// than the job's), then reads the record again: a write of another due time
+// that landed in the ledger meanwhile (a reschedule, a retry) may have
+// reached Redis before move, and must not be left standing later than the
+// record. Every writer of a due time does the same, so the last to read
+// leaves a job due by the record's time (or earlier: Begin puts that back).
+func (d *Dynamo) reschedule(ctx context.Context, w withdrawal.Withdrawal, now time.Time, move func() error) {
+	if err := move(); err != nil {
+		d.log.Warn("withdrawal rescheduled in the ledger, not in Redis; the reconciler will", "withdrawal_id", w.ID,
+			"error", err.Error())
+		return
+	}
+	cur, found, err := d.load(ctx, w.ID)
+	if err == nil && found && (cur.Status == withdrawal.Scheduled || cur.Status == withdrawal.Retrying) && !cur.DueAt.Equal(w.DueAt) {
+		d.schedule(ctx, cur, now)
+	}
+}
+
+// revisionIs is the condition that the record is at revision rev (one
+// written before revisions were kept is at 0).
+func revisionIs(rev int64, vals item) string {
+	vals[":rev"] = n(rev)
+	if rev == 0 {
+		return "(attribute_not_exists(rev) OR rev = :rev)"
+	}
+	return "rev = :rev"
+}
+
+// dueFor reports whether a record due at due may start under b (see
+// withdrawal.Begin.Claimed); begin.lua decides the same.
+func dueFor(b withdrawal.Begin, due time.Time) bool {
+	if !b.Claimed.IsZero() && !b.Claimed.Equal(due) {
+		return !due.After(b.Now)
+	}
+	return !due.After(b.Now.Add(ClockSkew))
+}
+
 // Find implements withdrawal.Ledger.
 func (d *Dynamo) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
 	w, ok, err := d.load(ctx, id)
@@ -527,9 +612,15 @@ func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Beg
 	vals := begun()
 	vals[":one"], vals[":scheduled"], vals[":retrying"] = n(1), s(string(withdrawal.Scheduled)), s(string(withdrawal.Retrying))
 	vals[":latest"] = ms(b.Now.Add(ClockSkew))
+	isDue := "due_at <= :latest"
+	if !b.Claimed.IsZero() {
+		// The job's own time within the skew, any other once it passed.
+		isDue = "(due_at <= :now OR (due_at = :claimed AND due_at <= :latest))"
+		vals[":claimed"] = ms(b.Claimed)
+	}
 	w, ok, err := d.update(ctx, ref.ID, change{
 		set:   start + ", attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now)",
-		cond:  "(#status = :scheduled OR #status = :retrying) AND due_at <= :latest AND attribute_not_exists(maybe_paid)",
+		cond:  "(#status = :scheduled OR #status = :retrying) AND " + isDue + " AND attribute_not_exists(maybe_paid)",
 		names: statusUntil, vals: vals,
 	})
 	for range 4 {
@@ -540,7 +631,7 @@ func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Beg
 			return w, withdrawal.StartAttempt, nil
 		case w.Status.Final():
 			return w, withdrawal.StartFinal, nil
-		case w.Status != withdrawal.Processing && w.DueAt.After(b.Now.Add(ClockSkew)):
+		case w.Status != withdrawal.Processing && !dueFor(b, w.DueAt):
 			// A job that came early: put it back at the record's time.
 			d.schedule(ctx, w, b.Now)
 			return w, withdrawal.StartNotDue, nil
@@ -625,9 +716,7 @@ func (d *Dynamo) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, 
 	if !ok {
 		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
 	}
-	if err := d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At); err != nil {
-		d.log.Warn("retry recorded but not scheduled; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
-	}
+	d.reschedule(ctx, w, r.Now, func() error { return d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At) })
 	return w, nil
 }
 

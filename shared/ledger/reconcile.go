@@ -40,11 +40,14 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	horizon := now.Add(d.opts.Horizon)
 	var errs []error
 	for _, key := range []string{string(withdrawal.Scheduled), string(withdrawal.Retrying)} {
-		err := d.scan(ctx, key, horizon, func(w withdrawal.Withdrawal, queued bool) error {
+		// Held means due by the record's time: a job left later than it (a
+		// reschedule earlier whose process died before its Redis write)
+		// is brought forward.
+		err := d.scan(ctx, key, horizon, true, func(w withdrawal.Withdrawal, queued bool) error {
 			if queued || (!w.DueAt.After(now) && w.DueAt.After(now.Add(-d.opts.Grace))) {
 				return nil // held, or due a moment ago and likely in the work queue
 			}
-			if err := d.q.Add(ctx, w.Shard, w.ID, w.DueAt); err != nil {
+			if err := d.q.AddNoLater(ctx, w.Shard, w.ID, w.DueAt); err != nil {
 				return err
 			}
 			rep.Scheduled++
@@ -57,14 +60,14 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	}
 	// Far-future due times bound neither: scan everything in these states.
 	far := now.Add(100 * 365 * 24 * time.Hour)
-	errs = append(errs, d.scan(ctx, string(withdrawal.Processing), far, func(w withdrawal.Withdrawal, queued bool) error {
+	errs = append(errs, d.scan(ctx, string(withdrawal.Processing), far, false, func(w withdrawal.Withdrawal, queued bool) error {
 		if queued || w.ProcessingUntil.After(now) {
 			return nil // its attempt may still be running
 		}
 		rep.Redispatched++
 		return d.q.Add(ctx, w.Shard, w.ID, now)
 	}))
-	errs = append(errs, d.scan(ctx, unnotified, far, func(w withdrawal.Withdrawal, queued bool) error {
+	errs = append(errs, d.scan(ctx, unnotified, far, false, func(w withdrawal.Withdrawal, queued bool) error {
 		if queued || w.ProcessedAt.After(now.Add(-d.opts.Grace)) {
 			return nil
 		}
@@ -79,8 +82,9 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 }
 
 // scan walks the by_state index for key with due_at <= until, page by page,
-// telling fn for each withdrawal whether Redis holds its job (due or leased).
-func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, fn func(w withdrawal.Withdrawal, queued bool) error) error {
+// telling fn for each withdrawal whether Redis holds its job (leased, or
+// due: with byDue, due no later than the record).
+func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, byDue bool, fn func(w withdrawal.Withdrawal, queued bool) error) error {
 	var start map[string]types.AttributeValue
 	for {
 		out, err := d.db.Query(ctx, &dynamodb.QueryInput{
@@ -100,7 +104,7 @@ func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, fn func(
 			}
 			ws = append(ws, w)
 		}
-		queued, err := d.queued(ctx, ws)
+		queued, err := d.queued(ctx, ws, byDue)
 		if err != nil {
 			return err
 		}
@@ -116,13 +120,21 @@ func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, fn func(
 	}
 }
 
-// queued reports which withdrawals have a job in Redis, due or leased.
-func (d *Dynamo) queued(ctx context.Context, ws []withdrawal.Withdrawal) ([]bool, error) {
+// queued reports which withdrawals have a job in Redis, leased or due (with
+// byDue, due no later than the record).
+func (d *Dynamo) queued(ctx context.Context, ws []withdrawal.Withdrawal, byDue bool) ([]bool, error) {
 	refs := make([]delayq.Ref, len(ws))
+	var by []time.Time
+	if byDue {
+		by = make([]time.Time, len(ws))
+	}
 	for i, w := range ws {
 		refs[i] = delayq.Ref{Shard: w.Shard, ID: w.ID}
+		if byDue {
+			by[i] = w.DueAt
+		}
 	}
-	return d.q.Holds(ctx, refs)
+	return d.q.HoldsBy(ctx, refs, by)
 }
 
 // Outstanding runs fn over every withdrawal on its way (scheduled, retrying
@@ -131,7 +143,7 @@ func (d *Dynamo) queued(ctx context.Context, ws []withdrawal.Withdrawal) ([]bool
 func (d *Dynamo) Outstanding(ctx context.Context, fn func(withdrawal.Withdrawal) error) error {
 	far := time.Now().Add(100 * 365 * 24 * time.Hour)
 	for _, key := range []withdrawal.Status{withdrawal.Scheduled, withdrawal.Retrying, withdrawal.Processing} {
-		err := d.scan(ctx, string(key), far, func(w withdrawal.Withdrawal, _ bool) error { return fn(w) })
+		err := d.scan(ctx, string(key), far, false, func(w withdrawal.Withdrawal, _ bool) error { return fn(w) })
 		if err != nil {
 			return err
 		}

@@ -44,19 +44,22 @@ var (
 	resolveSrc string
 	//go:embed lua/apply.lua
 	applySrc string
+	//go:embed lua/reschedule.lua
+	rescheduleSrc string
 
-	reserveScript   = redis.NewScript(reserveSrc)
-	releaseScript   = redis.NewScript(releaseSrc)
-	createScript    = redis.NewScript(createSrc)
-	cancelScript    = redis.NewScript(cancelSrc)
-	beginScript     = redis.NewScript(beginSrc)
-	finishScript    = redis.NewScript(finishSrc)
-	retryScript     = redis.NewScript(retrySrc)
-	notifiedScript  = redis.NewScript(notifiedSrc)
-	purgeKeysScript = redis.NewScript(purgeKeysSrc)
-	sendScript      = redis.NewScript(sendSrc)
-	resolveScript   = redis.NewScript(resolveSrc)
-	applyScript     = redis.NewScript(applySrc)
+	reserveScript    = redis.NewScript(reserveSrc)
+	releaseScript    = redis.NewScript(releaseSrc)
+	createScript     = redis.NewScript(createSrc)
+	cancelScript     = redis.NewScript(cancelSrc)
+	beginScript      = redis.NewScript(beginSrc)
+	finishScript     = redis.NewScript(finishSrc)
+	retryScript      = redis.NewScript(retrySrc)
+	notifiedScript   = redis.NewScript(notifiedSrc)
+	purgeKeysScript  = redis.NewScript(purgeKeysSrc)
+	sendScript       = redis.NewScript(sendSrc)
+	resolveScript    = redis.NewScript(resolveSrc)
+	applyScript      = redis.NewScript(applySrc)
+	rescheduleScript = redis.NewScript(rescheduleSrc)
 )
 
 // keptEvents bounds the callback event ids a record keeps to tell a replay.
@@ -257,6 +260,50 @@ func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (w
 	}
 }
 
+// Reschedule implements withdrawal.Ledger: one script on the owner's shard
+// moves the record's due time and its job together.
+func (l *Redis) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdrawal.Withdrawal, error) {
+	shard := l.q.ShardFor(r.UserID)
+	k := l.q.Keys(shard)
+	rev := ""
+	if r.IfRevision != nil {
+		rev = strconv.FormatInt(*r.IfRevision, 10)
+	}
+	res, err := rescheduleScript.Run(ctx, l.rdb, []string{recordKey(k, r.ID), k.Due, k.Inflight, openKey(k)},
+		r.UserID, r.Now.UnixMilli(), r.ID, r.DueAt.UnixMilli(), rev, r.By, r.Reason, newOp()).Slice()
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
+	}
+	code, w, err := decodeReply(shard, res)
+	if err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
+	}
+	return rescheduled(code, w)
+}
+
+// rescheduled maps a reschedule's outcome (the codes of reschedule.lua)
+// to the record and its error.
+func rescheduled(code int64, w withdrawal.Withdrawal) (withdrawal.Withdrawal, error) {
+	switch code {
+	case 0:
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	case 3:
+		return w, fmt.Errorf("ledger: %s is %s: %w", w.ID, w.Shown(), withdrawal.ErrNotReschedulable)
+	case 4:
+		return w, fmt.Errorf("ledger: %s is at revision %d: %w", w.ID, w.Revision, withdrawal.ErrPreconditionFailed)
+	}
+	return w, nil
+}
+
+// claimedMS is the Begin's claimed due time as the scripts take it: unix
+// ms, 0 when unknown.
+func claimedMS(b withdrawal.Begin) int64 {
+	if b.Claimed.IsZero() {
+		return 0
+	}
+	return b.Claimed.UnixMilli()
+}
+
 // Find implements withdrawal.Ledger: the record is on its owner's shard,
 // which the id does not tell, so every shard is asked in one round trip.
 func (l *Redis) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
@@ -285,7 +332,7 @@ func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begi
 		return withdrawal.Withdrawal{}, 0, err
 	}
 	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, openKey(k)},
-		b.Now.UnixMilli(), b.Until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID, b.Attempt).Slice()
+		b.Now.UnixMilli(), b.Until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID, b.Attempt, claimedMS(b)).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
 	}
@@ -511,6 +558,9 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 		Op:          f["op"],
 		ResolvedBy:  f["resolved_by"],
 		RequestID:   f["request_id"],
+
+		RescheduledBy:    f["resched_by"],
+		RescheduleReason: f["resched_reason"],
 	}
 	var err error
 	if w.Amount, err = decimal.NewFromString(f["amount"]); err != nil {
@@ -523,6 +573,7 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {"updated", &w.UpdatedAt},
 		{"processed", &w.ProcessedAt}, {"until", &w.ProcessingUntil},
 		{"first_sent", &w.FirstSentAt}, {"resolved_at", &w.ResolvedAt},
+		{"resched_at", &w.RescheduledAt}, {"resched_from", &w.RescheduledFrom},
 	} {
 		v := f[t.field]
 		if v == "" {
@@ -533,6 +584,11 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: %s %q: %w", w.ID, t.field, v, err)
 		}
 		*t.dst = time.UnixMilli(ms).UTC()
+	}
+	if v := f["rev"]; v != "" {
+		if w.Revision, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: rev %q: %w", w.ID, v, err)
+		}
 	}
 	if v := f["attempts"]; v != "" {
 		if w.Attempts, err = strconv.Atoi(v); err != nil {

@@ -49,9 +49,6 @@ const (
 	// window as they end.
 	OrdersPaid    = "OrdersPaid"
 	OrdersExpired = "OrdersExpired"
-	// OrderExpiryFailures counts expiry jobs that failed (delivered again);
-	// an alarm watches it, as an order that does not expire holds its stock.
-	OrderExpiryFailures = "OrderExpiryFailures"
 	// PaymentMismatches counts payment confirmations whose amount or
 	// currency was not their order's (nothing paid; operators look).
 	PaymentMismatches = "PaymentMismatches"
@@ -62,6 +59,10 @@ const (
 	CompensationReleased = "CompensationReleased"
 	Reconciled           = "Reconciled"
 	PollerFailures       = "PollerFailures"
+	// OrderExpiryFailures counts expiry jobs of unpaid flash-sale orders
+	// that failed (the consumer emits it); the order stays awaiting payment
+	// and its stock held until one succeeds.
+	OrderExpiryFailures = "OrderExpiryFailures"
 )
 
 // maxValues is EMF's limit of values per metric in one line.

@@ -7,6 +7,8 @@ package orders
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/hourglass/hourglass/shared/clock"
@@ -54,3 +56,32 @@ func (f PublisherFunc) Publish(ctx context.Context, e Event) error { return f(ct
 
 // At formats t as an Event's At (the API's time layout).
 func At(t time.Time) string { return clock.Format(t) }
+
+// encode is the one wire form of an event, shared by every publisher.
+func encode(e Event) ([]byte, error) {
+	// Without both a subscriber cannot de-duplicate the event.
+	if e.OrderID == "" || e.Type == "" {
+		return nil, fmt.Errorf("orders: event %q of order %q: an event needs an order id and a type", e.Type, e.OrderID)
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("orders: encode %s: %w", e.Key(), err)
+	}
+	return b, nil
+}
+
+// All tells every publisher of each event, in order: the topic (and its
+// durable queue) and the webhook when a deployment has both. An event counts
+// as published only when all took it; after a failure it is sent again and
+// the ones that took it hear of it again, which Key lets them de-duplicate.
+type All []Publisher
+
+// Publish implements Publisher.
+func (a All) Publish(ctx context.Context, e Event) error {
+	for _, p := range a {
+		if err := p.Publish(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -283,6 +283,86 @@ func (e *Endpoint) Rekeyed(ctx context.Context, r Response) bool {
 	return err == nil && k.Current != "" && k.Current != r.key
 }
 
+// WebhookConfig configures a webhook we deliver to (finance's, the order
+// events'): a receiver that takes each message once by its key.
+type WebhookConfig struct {
+	// URL receives the POSTs (FINANCE_WEBHOOK_URL, ORDERS_WEBHOOK_URL).
+	URL string
+	// Secret signs every body (FINANCE_SIGNING_SECRET, ORDERS_SIGNING_SECRET).
+	Secret []byte
+	// Keys, if set, replaces Secret (the *_SIGNING_SECRET_ID): each message
+	// is signed with its current key (the receiver accepts both keys while
+	// it rotates), and one refused with 401 or 403 is sent once more if the
+	// secret read again holds another key (Deliver).
+	Keys secrets.Source
+	// Timeout bounds one call; 0 means the receiver's default.
+	Timeout time.Duration
+	// HTTPClient makes the calls; nil means a fresh http.Client. It is copied
+	// and the copy never follows redirects.
+	HTTPClient *http.Client
+	// Clock stamps signatures; nil means clock.System.
+	Clock clock.Clock
+}
+
+// Webhook checks c and returns its Endpoint; name words the errors
+// ("<name>: webhook url …") and defaultTimeout stands for a zero Timeout.
+func (c WebhookConfig) Webhook(name string, defaultTimeout time.Duration) (*Endpoint, error) {
+	return New(Options{
+		Name:           name,
+		Party:          "webhook",
+		URL:            c.URL,
+		Secret:         c.Secret,
+		Keys:           c.Keys,
+		Timeout:        c.Timeout,
+		DefaultTimeout: defaultTimeout,
+		HTTPClient:     c.HTTPClient,
+		Clock:          c.Clock,
+	})
+}
+
+// maxErrorBody bounds how much of an answer's body goes into Deliver's error.
+const maxErrorBody = 512
+
+// Deliver POSTs body, signed, under idempotencyKey and reports whether the
+// server took it: nil for a 2xx. A 401 or 403 is sent once more, signed
+// anew, if the key read again differs (Rekeyed): the server moved to a new
+// key before we did. Any other answer is an error naming the status, a
+// redirect not followed and an excerpt of the (scrubbed) body; no answer is
+// the *PostError. It suits receivers that de-duplicate by the key, for whom
+// an error only means "send it again later".
+func (e *Endpoint) Deliver(ctx context.Context, body []byte, idempotencyKey string) error {
+	resp, err := e.Post(ctx, body, idempotencyKey)
+	if err == nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
+		e.Rekeyed(ctx, resp) {
+		resp, err = e.Post(ctx, body, idempotencyKey)
+	}
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s answered %s", e.where, resp.Status)
+	if loc := resp.Redirect(); loc != "" {
+		msg += fmt.Sprintf(" (redirect to %q not followed)", loc)
+	}
+	if snippet := excerpt(resp.Text()); snippet != "" {
+		msg += fmt.Sprintf(": %q", snippet)
+	} else if resp.BodyErr != nil {
+		msg += fmt.Sprintf(" (reading body: %v)", resp.BodyErr)
+	}
+	return errors.New(msg)
+}
+
+// excerpt trims a (scrubbed) response body for an error.
+func excerpt(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxErrorBody {
+		s = strings.ToValidUTF8(s[:maxErrorBody], "") + "…"
+	}
+	return s
+}
+
 // drain reads what is left of a body, within bounds, so the connection can be
 // reused; past the bound, closing drops the connection instead.
 func drain(body io.ReadCloser) {

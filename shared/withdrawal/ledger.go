@@ -29,6 +29,13 @@ type Ledger interface {
 	// off the queue. A cancelled one is returned as is; any other state gives
 	// ErrNotCancellable with the record.
 	Cancel(ctx context.Context, userID, id string, now time.Time) (Withdrawal, error)
+	// Reschedule moves the due time of r.UserID's withdrawal r.ID to r.DueAt
+	// while it is Reschedulable, atomically against the payout step's claim:
+	// the new time holds and the old one never pays, or nothing changes. It
+	// returns ErrNotFound (someone else's or no such id),
+	// ErrPreconditionFailed (not at r.IfRevision) or ErrNotReschedulable,
+	// the last two with the record as it stands.
+	Reschedule(ctx context.Context, r Reschedule) (Withdrawal, error)
 
 	// Find returns withdrawal id whoever owns it (operators, provider
 	// callbacks), or ErrNotFound.
@@ -65,6 +72,18 @@ type Ledger interface {
 	// MarkNotified records that finance was told that the withdrawal is
 	// status (a withdrawal returned meanwhile is told again).
 	MarkNotified(ctx context.Context, ref Ref, status Status) error
+}
+
+// Reschedule asks to move a withdrawal's due time.
+type Reschedule struct {
+	UserID, ID string
+	DueAt, Now time.Time
+	// IfRevision, if set, requires the record to be at that revision
+	// (If-Match); nil moves it whatever its revision.
+	IfRevision *int64
+	// By is who asks ("user" for the owner, else the operator); Reason is
+	// an operator's reason. Both are kept in the record.
+	By, Reason string
 }
 
 // IdemKey is an idempotency key, scoped to its user. Shard is the user's shard.
@@ -117,6 +136,13 @@ type Begin struct {
 	// Until is the attempt's deadline: past it, another consumer may take
 	// the withdrawal over (the first one died).
 	Until time.Time
+	// Claimed is the due time the delivery was claimed for (the job's
+	// score when the poller took it; zero when unknown). A record due at
+	// exactly that time starts (the poller's clock said it was due, within
+	// the ledger's clock skew); one due at another time (rescheduled after
+	// the claim) starts only once its own due time has passed by Now, so a
+	// delivery of an old time never pays before the new one.
+	Claimed time.Time
 }
 
 // Start is the outcome of Begin.

@@ -147,9 +147,16 @@ func NewAttemptID(now time.Time) string { return newID("at_", now) }
 // under way, which the ledger follows up); an error means deliver it again
 // later.
 func (p *Processor) Process(ctx context.Context, ref Ref) error {
+	return p.ProcessClaimed(ctx, ref, time.Time{})
+}
+
+// ProcessClaimed is Process for a delivery claimed for due time claimed
+// (the job's score; see Begin.Claimed): what the consumer runs.
+func (p *Processor) ProcessClaimed(ctx context.Context, ref Ref, claimed time.Time) error {
 	now := p.now()
 	attempt := NewAttemptID(now)
-	w, start, err := p.cfg.Ledger.Begin(ctx, ref, Begin{Attempt: attempt, Now: now, Until: now.Add(p.cfg.AttemptTimeout)})
+	w, start, err := p.cfg.Ledger.Begin(ctx, ref, Begin{Attempt: attempt, Now: now, Until: now.Add(p.cfg.AttemptTimeout),
+		Claimed: claimed})
 	if err != nil {
 		return err
 	}

@@ -135,6 +135,30 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 	return req, nil
 }
 
+var rescheduleFields = map[string]bool{"delay_seconds": true, "process_at": true}
+
+// ParseReschedule decodes and validates a reschedule body at now: exactly
+// one of delay_seconds (from now) or process_at, by the rules of a create.
+// It returns the new due time, or a *validation.Error.
+func (r Rules) ParseReschedule(body []byte, now time.Time) (time.Time, error) {
+	verr := &validation.Error{}
+	raw := verr.Object(body, rescheduleFields, false)
+	if raw == nil {
+		return time.Time{}, verr
+	}
+	_, hasDelay := raw["delay_seconds"]
+	_, hasAt := raw["process_at"]
+	if !hasDelay && !hasAt {
+		verr.Add("delay_seconds", "give delay_seconds or process_at")
+		return time.Time{}, verr
+	}
+	due, _ := r.parseDue(raw, now, verr)
+	if err := verr.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return due, nil
+}
+
 // parseDue reads delay_seconds or process_at; spelling says how the request
 // named the time, for the fingerprint.
 func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *validation.Error) (due time.Time, spelling string) {
@@ -152,14 +176,32 @@ func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *val
 		return now.Add(r.DefaultDelay), "default"
 	case !atOK:
 		// verr says what is wrong with it
-	case at.Before(now):
-		verr.Add("process_at", "must not be in the past")
-	case at.Sub(now) > r.MaxDelay:
-		verr.Add("process_at", "must be at most %s ahead", r.MaxDelay)
-	default:
+	case r.checkAt(at, now, "process_at", verr):
 		return at, "at=" + clock.Format(at)
 	}
 	return time.Time{}, ""
+}
+
+// checkAt reports whether at is an acceptable due time at now (not in the
+// past, at most MaxDelay ahead), recording what is wrong under field.
+func (r Rules) checkAt(at, now time.Time, field string, verr *validation.Error) bool {
+	switch {
+	case at.Before(now):
+		verr.Add(field, "must not be in the past")
+	case at.Sub(now) > r.MaxDelay:
+		verr.Add(field, "must be at most %s ahead", r.MaxDelay)
+	default:
+		return true
+	}
+	return false
+}
+
+// CheckDue validates a due time named outside a request body (an
+// operator's): the rules of process_at, at now.
+func (r Rules) CheckDue(at, now time.Time, field string) error {
+	verr := &validation.Error{}
+	r.checkAt(at.UTC().Truncate(time.Millisecond), now.Truncate(time.Millisecond), field, verr)
+	return verr.Err()
 }
 
 func fingerprint(r Request, dueSpelling string) string {

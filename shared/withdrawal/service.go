@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +83,11 @@ type Created struct {
 	ID       string
 	Body     []byte
 	Replayed bool
+	// ETag is the entity tag of Body. A replay's body is the first answer's,
+	// so its tag is of that revision (0, a create's): it may be older than
+	// the record, never newer, so an If-Match with it is refused (412)
+	// once the record moved, never wrongly admitted.
+	ETag string
 }
 
 // ValidKey reports whether k is an acceptable Idempotency-Key: 1-255
@@ -132,7 +138,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	}
 	switch st.Phase {
 	case KeyCompleted:
-		return Created{ID: st.ID, Body: st.Response, Replayed: true}, nil
+		return Created{ID: st.ID, Body: st.Response, Replayed: true, ETag: ETagOf(st.ID, 0)}, nil
 	case KeyInFlight:
 		return Created{}, ErrIdempotencyInFlight
 	}
@@ -171,7 +177,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		if st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: req.Fingerprint, ID: w.ID,
 			Now: now, LockUntil: now.Add(s.cfg.KeyLock), ExpiresAt: now.Add(s.cfg.KeyRetention)}); rerr == nil &&
 			st.Phase == KeyCompleted && st.ID == w.ID {
-			return Created{ID: w.ID, Body: st.Response}, nil
+			return Created{ID: w.ID, Body: st.Response, ETag: w.ETag()}, nil
 		}
 	}
 	if err != nil {
@@ -185,7 +191,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(w.DueAt)
 	}
-	return Created{ID: w.ID, Body: resp}, nil
+	return Created{ID: w.ID, Body: resp, ETag: w.ETag()}, nil
 }
 
 // Get returns the user's withdrawal id; someone else's is ErrNotFound.
@@ -252,4 +258,119 @@ func plausibleID(id string) bool {
 	}
 	_, err := ulid.ParseStrict(id[3:])
 	return err == nil
+}
+
+// ByUser is the RescheduledBy of a reschedule the owner asked for.
+const ByUser = "user"
+
+// Reschedule moves the user's withdrawal id to the due time body names
+// (the rules of a create) if ifMatch (an If-Match header, "" for none)
+// matches and it was not handed to the payout step yet. A retrying one
+// keeps its attempts: the new time replaces its retry time.
+func (s *Service) Reschedule(ctx context.Context, userID, id string, body []byte, ifMatch string) (Withdrawal, error) {
+	now := s.cfg.Clock.Now().UTC()
+	due, err := s.cfg.Rules.ParseReschedule(body, now)
+	rev, merr := ParseIfMatch(ifMatch, id)
+	if err != nil || merr != nil {
+		return Withdrawal{}, joinInvalid(err, merr)
+	}
+	if !plausibleID(id) {
+		return Withdrawal{}, ErrNotFound
+	}
+	return s.reschedule(ctx, Reschedule{UserID: userID, ID: id, DueAt: due, Now: now, IfRevision: rev, By: ByUser})
+}
+
+// RescheduleBy is the operator's reschedule of withdrawal id, whoever owns
+// it, to due (the rules of process_at), with by and reason kept in the
+// record.
+func (s *Service) RescheduleBy(ctx context.Context, id string, due time.Time, by, reason string) (Withdrawal, error) {
+	now := s.cfg.Clock.Now().UTC()
+	due = due.UTC().Truncate(time.Millisecond)
+	verr := &validation.Error{}
+	if err := s.cfg.Rules.CheckDue(due, now, "due"); err != nil {
+		verr = err.(*validation.Error)
+	}
+	if strings.TrimSpace(by) == "" || by == ByUser {
+		verr.Add("by", "name the operator")
+	}
+	if strings.TrimSpace(reason) == "" {
+		verr.Add("reason", "is required")
+	}
+	if err := verr.Err(); err != nil {
+		return Withdrawal{}, err
+	}
+	w, err := s.cfg.Ledger.Find(ctx, id)
+	if err != nil {
+		return Withdrawal{}, err
+	}
+	return s.reschedule(ctx, Reschedule{UserID: w.UserID, ID: id, DueAt: due, Now: now, By: by, Reason: reason})
+}
+
+func (s *Service) reschedule(ctx context.Context, r Reschedule) (Withdrawal, error) {
+	w, err := s.cfg.Ledger.Reschedule(ctx, r)
+	if err != nil {
+		return w, err
+	}
+	correlation.Logger(s.cfg.Logger, w.RequestID).Info("withdrawal rescheduled",
+		"withdrawal_id", w.ID, "from", clock.Format(w.RescheduledFrom), "due_at", clock.Format(w.DueAt),
+		"status", w.Status, "by", r.By, "reason", r.Reason)
+	if s.cfg.OnScheduled != nil {
+		s.cfg.OnScheduled(w.DueAt)
+	}
+	return w, nil
+}
+
+// joinInvalid merges the validation errors of a body and a header into one.
+func joinInvalid(errs ...error) error {
+	out := &validation.Error{}
+	for _, err := range errs {
+		var verr *validation.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &verr):
+			out.Errors = append(out.Errors, verr.Errors...)
+		default:
+			return err
+		}
+	}
+	return out.Err()
+}
+
+// ParseIfMatch reads an If-Match header for withdrawal id: nil for none or
+// "*" (any current record), else the revision the one strong entity tag
+// names. A weak tag (W/"…") never matches (If-Match compares strongly), nor
+// does a tag of another withdrawal or not of ours: both give a revision no
+// record has, so the answer is 412. A header that is no entity tag, or a
+// list of several, is a validation error (400).
+func ParseIfMatch(h, id string) (*int64, error) {
+	h = strings.TrimSpace(h)
+	never := int64(-1)
+	switch {
+	case h == "" || h == "*":
+		return nil, nil
+	case strings.Contains(h, ","):
+		return nil, validation.New("If-Match", "give one entity tag, or *")
+	}
+	tag, weak := strings.CutPrefix(h, "W/")
+	if len(tag) < 2 || tag[0] != '"' || tag[len(tag)-1] != '"' {
+		return nil, validation.New("If-Match", `must be an entity tag ("…") as the ETag header gave, or *`)
+	}
+	opaque := tag[1 : len(tag)-1]
+	for i := 0; i < len(opaque); i++ {
+		if c := opaque[i]; c == '"' || c < 0x21 || c == 0x7f {
+			return nil, validation.New("If-Match", `must be an entity tag ("…") as the ETag header gave, or *`)
+		}
+	}
+	if weak {
+		return &never, nil
+	}
+	dot := strings.LastIndexByte(opaque, '.')
+	if dot < 0 || opaque[:dot] != id {
+		return &never, nil
+	}
+	rev, err := strconv.ParseInt(opaque[dot+1:], 10, 64)
+	if err != nil || rev < 0 || strconv.FormatInt(rev, 10) != opaque[dot+1:] {
+		return &never, nil
+	}
+	return &rev, nil
 }

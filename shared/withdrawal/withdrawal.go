@@ -6,6 +6,7 @@ package withdrawal
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -106,7 +107,32 @@ type Withdrawal struct {
 	// correlation id every log line and message about the withdrawal
 	// carries; empty on records written before it was kept.
 	RequestID string
+	// Revision counts the record's writes: every ledger write adds one (a
+	// create is revision 0, as is a record written before revisions were
+	// kept). The ETag is made of it.
+	Revision int64
+	// RescheduledBy, RescheduleReason, RescheduledAt and RescheduledFrom say
+	// who moved the due time last ("user" for its owner, else the
+	// operator), why (an operator's reason), when, and from what due time:
+	// for operators (the CLI, logs) only, never in the API.
+	RescheduledBy    string
+	RescheduleReason string
+	RescheduledAt    time.Time
+	// RescheduledFrom is the due time the last reschedule moved it from.
+	RescheduledFrom time.Time
 }
+
+// Reschedulable reports whether w's due time may still be moved: the same
+// states as Cancellable (scheduled, or retrying with no call that may have
+// paid); once it is handed to the payout step its time has come.
+func (w Withdrawal) Reschedulable() bool { return w.Cancellable() }
+
+// ETag is the entity tag of w's representation: a quoted opaque string of
+// its id and revision, so that it changes with every write of the record.
+func (w Withdrawal) ETag() string { return ETagOf(w.ID, w.Revision) }
+
+// ETagOf is the entity tag of withdrawal id at revision rev.
+func ETagOf(id string, rev int64) string { return `"` + id + "." + strconv.FormatInt(rev, 10) + `"` }
 
 // Cancellable reports whether w may still be cancelled: it is scheduled or
 // retrying, and no call to the provider may have paid it.
@@ -253,6 +279,12 @@ var (
 	// ErrNotCancellable: the withdrawal was handed to the payout step, a call
 	// may have paid it, or it is final.
 	ErrNotCancellable = errors.New("withdrawal: not cancellable")
+	// ErrNotReschedulable: the withdrawal is no longer scheduled (or
+	// retrying with no call that may have paid), so its time cannot move.
+	ErrNotReschedulable = errors.New("withdrawal: not reschedulable")
+	// ErrPreconditionFailed: the record is not at the revision the caller
+	// named (If-Match); nothing was changed.
+	ErrPreconditionFailed = errors.New("withdrawal: precondition failed")
 	// ErrNotResolvable: an operator's resolution does not apply (the
 	// withdrawal ended otherwise, or an attempt is running right now).
 	ErrNotResolvable = errors.New("withdrawal: not resolvable")

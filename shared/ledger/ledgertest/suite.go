@@ -60,6 +60,13 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"FinanceIsToldOfEachOutcome", testTold},
 		{"FindAndOutstanding", testFind},
 		{"RequestIDStaysWithTheRecord", testRequestID},
+		{"RescheduleMovesRecordAndJob", testReschedule},
+		{"RescheduleRetryingKeepsAttempts", testRescheduleRetrying},
+		{"RescheduleFencesTheOldDelivery", testRescheduleFence},
+		{"RescheduleDropsALeasedClaim", testRescheduleDropsClaim},
+		{"RescheduleRacingBeginHasOneWinner", testRescheduleRace},
+		{"RescheduleLostAnswerIsOurOwn", testRescheduleLostAnswer},
+		{"EveryWriteChangesTheETag", testRevisions},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })

@@ -55,4 +55,5 @@ while #kept > tonumber(ARGV[9]) do
   table.remove(kept, 1)
 end
 redis.call('HSET', KEYS[1], 'ev', table.concat(kept, ' '), 'op', ARGV[8])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 return {1, redis.call('HGETALL', KEYS[1])}

@@ -19,6 +19,10 @@
 -- ARGV[3] -> tolerated clock skew between poller and consumer, ms
 -- ARGV[4] -> withdrawal id (the job id)
 -- ARGV[5] -> attempt id (unique; fences the attempt's later writes)
+-- ARGV[6] -> due time the delivery was claimed for, unix ms ("0": unknown).
+--            A record due at exactly that time starts within the skew; one
+--            due at another time (rescheduled after the claim) only once
+--            its own due time has passed, so an old time never pays early.
 --
 -- Returns {0} when there is no such record, else {code, record as HGETALL}:
 -- 1 = attempt started (status processing under ARGV[5]), 2 = busy (another
@@ -38,7 +42,13 @@ local now = tonumber(ARGV[1])
 local code = 4
 local takeover = false
 if status == 'scheduled' or status == 'retrying' then
-  if tonumber(cur[2]) > now + tonumber(ARGV[3]) then
+  local due = tonumber(cur[2])
+  local claimed = tonumber(ARGV[6] or '0')
+  local latest = now + tonumber(ARGV[3])
+  if claimed ~= 0 and claimed ~= due then
+    latest = now
+  end
+  if due > latest then
     code = 3
     redis.call('ZADD', KEYS[2], cur[2], ARGV[4])
   else
@@ -63,5 +73,6 @@ if code == 1 then
     redis.call('HSETNX', KEYS[1], 'first_sent', ARGV[1])
   end
   redis.call('ZADD', KEYS[3], ARGV[2], ARGV[4])
+  redis.call('HINCRBY', KEYS[1], 'rev', 1)
 end
 return {code, redis.call('HGETALL', KEYS[1])}

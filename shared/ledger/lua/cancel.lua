@@ -20,6 +20,7 @@ end
 local code = 3
 if (cur[1] == 'scheduled' or cur[1] == 'retrying') and cur[3] ~= '1' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'rev', 1)
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[3])
   redis.call('ZREM', KEYS[4], ARGV[3])

@@ -25,5 +25,6 @@ end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'processed', ARGV[3], 'updated', ARGV[3],
   'payout_id', ARGV[4], 'last_error', ARGV[5], 'op', ARGV[7])
 redis.call('HDEL', KEYS[1], 'until', 'maybe')
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
 return {1, redis.call('HGETALL', KEYS[1])}

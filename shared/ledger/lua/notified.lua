@@ -9,9 +9,13 @@
 --
 -- Returns 1 when recorded, 0 when there is no such record or it is no longer
 -- in that status. Safe to run twice.
-if redis.call('HGET', KEYS[1], 'status') ~= ARGV[2] then
+local cur = redis.call('HMGET', KEYS[1], 'status', 'told')
+if cur[1] ~= ARGV[2] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'told', ARGV[2])
+if cur[2] ~= ARGV[2] then
+  redis.call('HSET', KEYS[1], 'told', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'rev', 1)
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1

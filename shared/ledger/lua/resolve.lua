@@ -38,6 +38,7 @@ else
   redis.call('HSET', KEYS[1], 'last_error', ARGV[3])
 end
 redis.call('HDEL', KEYS[1], 'until', 'maybe')
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
 return {1, redis.call('HGETALL', KEYS[1])}

@@ -31,6 +31,7 @@ if ARGV[6] == '1' then
   redis.call('HSET', KEYS[1], 'maybe', '1')
 end
 redis.call('HDEL', KEYS[1], 'until')
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[5])

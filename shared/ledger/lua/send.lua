@@ -27,4 +27,5 @@ if ARGV[3] == '1' then
   redis.call('HDEL', KEYS[1], 'maybe')
 end
 redis.call('HSET', KEYS[1], 'updated', ARGV[2], 'op', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 return {1, redis.call('HGETALL', KEYS[1])}

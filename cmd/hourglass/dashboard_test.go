@@ -89,6 +89,14 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Fatalf("purchase: %d %s", r.status, r.raw)
 		}
 	}
+	// A sale with a payment window: one order awaits payment.
+	if r := s.do("PUT", "/v1/seckill/items/phone-2", "", admin,
+		`{"stock":3,"ends_at":"2030-01-01T00:00:00Z","price":"10.00","currency":"USD","payment_window_seconds":3600}`); r.status != 200 {
+		t.Fatalf("preheat: %d %s", r.status, r.raw)
+	}
+	if r := s.do("POST", "/v1/seckill/items/phone-2/purchases", "ann", nil, ""); r.status != 202 {
+		t.Fatalf("purchase: %d %s", r.status, r.raw)
+	}
 	stats := func() map[string]map[string]map[string]float64 {
 		var body map[string]map[string]map[string]float64
 		r := s.do("GET", "/v1/admin/stats", "", admin, "")
@@ -100,6 +108,7 @@ func TestDashboardInChromium(t *testing.T) {
 	waitFor(t, 20*time.Second, "a dead payout and confirmed orders", func() bool {
 		st := stats()
 		return st["queues"]["withdrawals"]["dead"] == 1 && st["items"]["phone-1"]["confirmed"] == 2 &&
+			st["items"]["phone-2"]["awaiting_payment"] == 1 &&
 			st["queues"]["withdrawals"]["inflight"] == 0
 	})
 

@@ -264,11 +264,19 @@ func TestOperatorRequeuesADeadPayout(t *testing.T) {
 	if got := s.do("GET", "/v1/seckill/items/phone-9", "", nil, ""); got.body["stock_left"] != float64(3) || got.body["status"] != "live" {
 		t.Errorf("item after preheat: %s", got.raw)
 	}
+	okJSON(t, env, &st, "preheat", "tea-9", "--stock", "2", "--ends", "1h", "--price", "9.99", "--currency", "CNY",
+		"--payment-window", "30s", "--json")
+	if st["item_id"] != "tea-9" || st["stock_left"] != float64(2) {
+		t.Errorf("preheat with a payment window: %v", st)
+	}
 	for _, args := range [][]string{
 		{"preheat", "phone-9", "--stock", "0", "--ends", "1h"},
 		{"preheat", "phone-9", "--stock", "3", "--ends", "-1h"},
 		{"preheat", "phone-9", "--stock", "3", "--ends", "yesterday"},
 		{"preheat", "bad item", "--stock", "3", "--ends", "1h"},
+		{"preheat", "phone-9", "--stock", "3", "--ends", "1h", "--payment-window", "30s"},
+		{"preheat", "phone-9", "--stock", "3", "--ends", "1h", "--price", "9.999", "--currency", "CNY"},
+		{"preheat", "phone-9", "--stock", "3", "--ends", "1h", "--price", "9.99", "--currency", "CNY", "--payment-window", "1.5s"},
 	} {
 		if r := hg(t, env, args...); r.code != 2 {
 			t.Errorf("hourglass %v: exit %d, want 2 (usage); stderr %s", args, r.code, r.stderr)
@@ -276,7 +284,8 @@ func TestOperatorRequeuesADeadPayout(t *testing.T) {
 	}
 	var after statsBody
 	okJSON(t, env, &after, "stats", "--json")
-	if diff := cmp.Diff(map[string]int64{"stock_left": 3, "admitted": 0, "confirmed": 0}, after.Items["phone-9"]); diff != "" {
+	if diff := cmp.Diff(map[string]int64{"stock_left": 3, "admitted": 0, "confirmed": 0, "awaiting_payment": 0, "paid": 0, "expired": 0},
+		after.Items["phone-9"]); diff != "" {
 		t.Errorf("stats of phone-9 (-want +got):\n%s", diff)
 	}
 }

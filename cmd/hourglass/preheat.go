@@ -18,28 +18,35 @@ import (
 var preheatFlags = map[string]string{
 	"item_id": "<item>", "stock": "--stock", "starts_at": "--starts", "ends_at": "--ends",
 	"per_user_limit": "--per-user-limit", "shards": "--shards",
+	"price": "--price", "currency": "--currency", "payment_window_seconds": "--payment-window",
 }
 
 func preheatCmd() *cobra.Command {
 	var (
 		stock, perUser, shards int64
 		starts, ends           string
+		price, currency        string
+		window                 time.Duration
 		asJSON                 bool
 	)
 	cmd := &cobra.Command{
-		Use:   "preheat <item> --stock N --ends TIME [--starts TIME] [--per-user-limit N] [--shards N]",
+		Use:   "preheat <item> --stock N --ends TIME [--starts TIME] [--per-user-limit N] [--shards N] [--price P --currency C [--payment-window D]]",
 		Short: "Set up (or reset) a flash sale",
 		Long: `Set up a flash sale of <item>, or reset one, exactly as PUT /v1/seckill/items/{item_id}
 does (the same service and rules): --stock units (1..10,000,000) split over
 --shards stock shards (1..64; more spread the load over a Redis Cluster),
 --per-user-limit units per buyer (1..100), on sale from --starts (default: now)
 until --ends. A time is RFC 3339 (2030-01-01T00:00:00Z) or a duration from now
-(90m, 2h). Preheating again drops the earlier sale's buyers and purchases; it
-is refused while admitted purchases still wait for their orders.
+(90m, 2h). With --price (a decimal string) and --currency each order carries its
+amount; with --payment-window too (1s..24h, whole seconds) an order awaits
+payment that long and expires unpaid, its unit back on sale. Preheating again
+drops the earlier sale's buyers and purchases; it is refused while admitted
+purchases still wait for their orders or their payment.
 
 Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 		Example: `  hourglass preheat phone-1 --stock 1000 --ends 2030-01-01T00:00:00Z
-  hourglass preheat phone-2 --stock 100000 --shards 8 --per-user-limit 2 --starts 10m --ends 2h`,
+  hourglass preheat phone-2 --stock 100000 --shards 8 --per-user-limit 2 --starts 10m --ends 2h
+  hourglass preheat tea --stock 2 --ends 1h --price 9.99 --currency CNY --payment-window 30s`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			now := time.Now()
@@ -69,6 +76,18 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 			if cmd.Flags().Changed("shards") {
 				body["shards"] = shards
 			}
+			if price != "" {
+				body["price"] = price
+			}
+			if currency != "" {
+				body["currency"] = currency
+			}
+			if cmd.Flags().Changed("payment-window") {
+				if window%time.Second != 0 {
+					return usagef("--payment-window is whole seconds, not %s", window)
+				}
+				body["payment_window_seconds"] = int64(window / time.Second)
+			}
 			raw, err := json.Marshal(body)
 			if err != nil {
 				return err
@@ -92,7 +111,7 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 				}
 				return usagef("%s", strings.Join(msgs, "; "))
 			case errors.Is(err, seckill.ErrOrdersPending):
-				return fmt.Errorf("%s: admitted purchases still wait for their orders; preheat again once they are confirmed or released", args[0])
+				return fmt.Errorf("%s: admitted purchases still wait for their orders or their payment; preheat again once they are confirmed, paid, expired or released", args[0])
 			case err != nil:
 				return err
 			}
@@ -110,6 +129,9 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 	f.StringVar(&ends, "ends", "", "end of the sale: RFC 3339 or a duration from now (required)")
 	f.Int64Var(&perUser, "per-user-limit", 1, "units one buyer may buy")
 	f.Int64Var(&shards, "shards", 1, "stock shards")
+	f.StringVar(&price, "price", "", "price of one unit, a decimal string (with --currency)")
+	f.StringVar(&currency, "currency", "", "currency of the price (one of HOURGLASS_CURRENCIES)")
+	f.DurationVar(&window, "payment-window", 0, "how long an order may be paid (needs a price), e.g. 15m")
 	f.BoolVar(&asJSON, "json", false, `print the item state {"item_id","status","stock_left","starts_at","ends_at"}`)
 	return cmd
 }

@@ -28,7 +28,7 @@ func statsCmd() *cobra.Command {
 (withdrawals, and sk:<item> for each flash-sale item) the scheduled jobs (due),
 those already due (due now), how long the oldest due job has waited, the jobs
 claimed and not yet acked (in flight) and the dead ones; per flash-sale item the
-stock left, the units admitted and the orders confirmed.
+stock left, the units admitted, confirmed, awaiting payment, paid and expired.
 
 --json prints them as GET /v1/admin/stats does ("queues" and "items"; the
 rate-limit refusals it adds are counted by each API process, not in Redis).
@@ -130,7 +130,7 @@ func printStats(w io.Writer, s ops.Snapshot) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "ITEM\tSTOCK LEFT\tADMITTED\tCONFIRMED")
+	fmt.Fprintln(tw, "ITEM\tSTOCK LEFT\tADMITTED\tCONFIRMED\tAWAITING PAYMENT\tPAID\tEXPIRED")
 	items := make([]string, 0, len(s.Items))
 	for item := range s.Items {
 		items = append(items, item)
@@ -138,7 +138,7 @@ func printStats(w io.Writer, s ops.Snapshot) error {
 	slices.Sort(items)
 	for _, item := range items {
 		it := s.Items[item]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", item, it.StockLeft, it.Admitted, it.Confirmed)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", item, it.StockLeft, it.Admitted, it.Confirmed, it.AwaitingPayment, it.Paid, it.Expired)
 	}
 	return tw.Flush()
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/ops"
+	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/ratelimit"
@@ -256,7 +257,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a.Seckill, err = seckill.NewService(seckill.Config{
 		Store: a.Items, Clock: a.Clock, Logger: log, Backlog: cfg.OrderBacklog, Memory: cfg.SoldOutMemory,
-		OnScheduled: a.notifyScheduled, Metrics: a.Metrics,
+		OnScheduled: a.notifyScheduled, Metrics: a.Metrics, Prices: rules,
 	})
 	if err != nil {
 		return nil, err
@@ -432,6 +433,8 @@ func (a *App) withdrawalRoutes(rt *httpapi.Router) {
 func (a *App) webhookRoutes(rt *httpapi.Router) {
 	httpapi.PayoutWebhooks{Service: a.Service, Keys: a.Secrets.Webhook, Clock: a.Clock,
 		Limiter: a.Limiter}.Register(rt)
+	httpapi.PaymentWebhooks{Orders: a.orderProcessor(), Keys: a.Secrets.Payments, Clock: a.Clock,
+		Limiter: a.Limiter}.Register(rt)
 }
 
 func (a *App) seckillRoutes(rt *httpapi.Router) {
@@ -502,12 +505,12 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 // Consumer returns the job-message handler. With ack (the local stand-in),
 // each finished job's lease is acked.
 func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
-	orders := seckill.NewOrderProcessor(a.Items, a.Orders, a.Clock, a.Log)
-	orders.Metrics = a.Metrics
+	op := a.orderProcessor()
+	op.Publisher = &lazyPublisher{open: a.orderPublisher}
 	cfg := consumer.Config{
 		Jobs: map[string]consumer.JobFunc{
 			withdrawal.JobKind: consumer.Withdrawals(p),
-			seckill.JobKind:    consumer.Orders(orders),
+			seckill.JobKind:    consumer.Orders(op),
 		},
 		Logger:  a.Log,
 		Metrics: a.Metrics,
@@ -517,6 +520,38 @@ func (a *App) Consumer(p *withdrawal.Processor, ack bool) *consumer.Handler {
 		cfg.Ack = a.Ack
 	}
 	return consumer.New(cfg)
+}
+
+// orderProcessor returns the flash sale's order step (order, expiry and
+// event jobs; payment confirmations).
+func (a *App) orderProcessor() *seckill.OrderProcessor {
+	p := seckill.NewOrderProcessor(a.Items, a.Orders, a.Clock, a.Log)
+	p.Metrics = a.Metrics
+	return p
+}
+
+// lazyPublisher opens the order events' channel on the first event (with
+// its context; an error fails that event, which is delivered again, and
+// the next event tries again).
+type lazyPublisher struct {
+	open func(ctx context.Context) (orders.Publisher, error)
+	mu   sync.Mutex
+	pub  orders.Publisher
+}
+
+func (l *lazyPublisher) Publish(ctx context.Context, e orders.Event) error {
+	l.mu.Lock()
+	pub := l.pub
+	if pub == nil {
+		var err error
+		if pub, err = l.open(ctx); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		l.pub = pub
+	}
+	l.mu.Unlock()
+	return pub.Publish(ctx, e)
 }
 
 // Ack finishes a job's lease.

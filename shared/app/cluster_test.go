@@ -276,10 +276,16 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		t.Errorf("stats of the order queue %+v, want 3 due", got)
 	}
 
-	// The same poller and consumer make the orders.
+	// The same poller and consumer make the orders, and publish their
+	// order.created events (queued on the same shards as the orders are made).
+	oq, err := a.Items.Queue(statsItem, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	drain(func() bool {
 		st, err := a.Items.Stats(ctx)
-		return err == nil && st[statsItem].Confirmed == 3
+		qs, qerr := oq.Stats(ctx, time.Now())
+		return err == nil && qerr == nil && st[statsItem].Confirmed == 3 && qs == (delayq.Stats{})
 	})
 	snap = adminStats(t, a)
 	if got, want := snap.Items[statsItem], (seckill.ItemStats{StockLeft: 7, Admitted: 3, Confirmed: 3}); got != want {

@@ -317,7 +317,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeNotReschedulable, httpapi.CodePreconditionFailed,
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
 		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
-		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable,
+		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable, httpapi.CodePaymentMismatch,
 	}
 	slices.Sort(inSpec)
 	slices.Sort(codes)
@@ -391,6 +391,40 @@ func TestOpenAPIResponses(t *testing.T) {
 		down := newStack(t, srv.URL(), nil)
 		srv.Kill()
 		checkProblem(t, sp.invoke(t, down, sign(callbackBody("oa-5", v.ID, "paid")), false),
+			want{status: 503, code: "unavailable", retryAfter: true})
+	})
+
+	t.Run("payment confirmations", func(t *testing.T) {
+		s := newStack(t, u, map[string]string{"HOURGLASS_RATE_WEBHOOK_SOURCE": "5/m"})
+		ids := s.awaitingOrders(t, "oa-pay", 3600, "oa-alice", "oa-bob")
+		wantStatus(t, sp.invoke(t, s, itemPayload(t, "seckill-purchase-me", "oa-pay", sub("oa-alice")), true), 200)
+		// Another address than the payout callbacks' above: the limit counts per source.
+		sign := func(raw string) []byte {
+			return signedPayload(t, "webhook-payment", paymentsSecret, raw, time.Time{}, func(ev *events.APIGatewayV2HTTPRequest) {
+				ev.RequestContext.HTTP.SourceIP = "198.51.100.77"
+			})
+		}
+		wantStatus(t, sp.invoke(t, s, sign(paymentBody("oa-p1", ids[0], "succeeded", "4999.00", "CNY")), true), 200)
+		wantStatus(t, sp.invoke(t, s, itemPayload(t, "seckill-purchase-me", "oa-pay", sub("oa-alice")), true), 200)
+		checkProblem(t, sp.invoke(t, s, sign(`{"event_id":"oa-p2"}`), false), want{status: 400, code: "validation_failed",
+			fields: []string{"order_id", "status", "amount", "currency"}})
+		checkProblem(t, sp.invoke(t, s, sign(paymentBody("oa-p3", "or_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z", "failed", "1", "CNY")), false),
+			want{status: 404, code: "not_found"})
+		checkProblem(t, sp.invoke(t, s, sign(paymentBody("oa-p4", ids[1], "succeeded", "1.00", "CNY")), false),
+			want{status: 422, code: "payment_mismatch"})
+		wantStatus(t, sp.invoke(t, s, sign(paymentBody("oa-p5", ids[1], "failed", "4999.00", "CNY")), true), 200)
+		checkProblem(t, sp.invoke(t, s, sign(paymentBody("oa-p6", ids[1], "failed", "4999.00", "CNY")), false),
+			want{status: 429, code: "rate_limited", retryAfter: true})
+		other := newStack(t, u, nil)
+		checkProblem(t, sp.invoke(t, other, rawFixture(t, "webhook-payment"), false), want{status: 401, code: "unauthenticated"})
+		checkProblem(t, sp.invoke(t, other, payload(t, "webhook-payment", "", header("content-type", "text/plain")), false),
+			want{status: 415, code: "unsupported_media_type"})
+		checkProblem(t, sp.invoke(t, other, payload(t, "webhook-payment", "", body(strings.Repeat(" ", 17<<10))), false),
+			want{status: 413, code: "payload_too_large"})
+		srv := redistest.Start(t)
+		down := newStack(t, srv.URL(), nil)
+		srv.Kill()
+		checkProblem(t, sp.invoke(t, down, sign(paymentBody("oa-p7", ids[1], "failed", "1", "CNY")), false),
 			want{status: 503, code: "unavailable", retryAfter: true})
 	})
 

@@ -68,7 +68,15 @@ const (
 	CodeRateLimitUnavailable = "rate_limit_unavailable"
 )
 
+// Stable problem codes of the payment provider's confirmations.
+const (
+	// CodePaymentMismatch (422): the payment's amount or currency is not
+	// its order's; the order is not paid.
+	CodePaymentMismatch = "payment_mismatch"
+)
+
 var titles = map[string]string{
+	CodePaymentMismatch:      "The payment's amount or currency is not the order's",
 	CodeValidationFailed:     "The request is not valid",
 	CodePayloadTooLarge:      "The request body is too large",
 	CodeUnsupportedMediaType: "The request body must be application/json",

@@ -54,13 +54,39 @@ type callbackAnswer struct {
 }
 
 func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	keys, err := h.keys(ctx, false)
+	signer := webhookSigner{Secret: h.Secret, Keys: h.Keys, Clock: h.Clock, what: "payout callbacks", setting: "PAYOUT_WEBHOOK_SECRET"}
+	if err := signer.authenticate(ctx, r); err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	s, err := h.Service.Callback(ctx, r.Body)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
+	return JSON(http.StatusOK, callbackAnswer{WithdrawalID: s.Withdrawal.ID, Status: s.Withdrawal.Shown(), Result: s.Applied.String()})
+}
+
+// webhookSigner checks the X-Hourglass-Signature of an inbound webhook
+// (signed within the last 5 minutes) against its keys: Secret, or, if set,
+// Keys, whose current or previous key may have signed it (one matching
+// neither makes it read the secret again before the call is refused, so a
+// key the sender rotated to is taken at once).
+type webhookSigner struct {
+	Secret []byte
+	Keys   secrets.Source
+	Clock  clock.Clock
+	// what names the webhook and setting its secret, for the problems.
+	what, setting string
+}
+
+// authenticate answers nil for a call the keys authenticate, else the
+// problem to answer (401; 503 when no key is configured).
+func (h webhookSigner) authenticate(ctx context.Context, r *Request) error {
+	keys, err := h.keys(ctx, false)
+	if err != nil {
+		return err
+	}
 	if len(keys) == 0 {
-		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusServiceUnavailable, CodeUnavailable,
-			"payout callbacks are not configured (PAYOUT_WEBHOOK_SECRET)")
+		return NewProblem(http.StatusServiceUnavailable, CodeUnavailable, h.what+" are not configured ("+h.setting+")")
 	}
 	err = h.verify(keys, r)
 	if errors.Is(err, signature.ErrMismatch) && h.Keys != nil {
@@ -73,18 +99,13 @@ func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGat
 		if errors.Is(err, signature.ErrTimestamp) {
 			detail = "the signature's timestamp is not within 5 minutes of now"
 		}
-		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusUnauthorized, CodeUnauthenticated, detail)
+		return NewProblem(http.StatusUnauthorized, CodeUnauthenticated, detail)
 	}
-	s, err := h.Service.Callback(ctx, r.Body)
-	if err != nil {
-		return events.APIGatewayV2HTTPResponse{}, err
-	}
-	return JSON(http.StatusOK, callbackAnswer{WithdrawalID: s.Withdrawal.ID, Status: s.Withdrawal.Shown(), Result: s.Applied.String()})
+	return nil
 }
 
-// keys returns the keys a callback may be signed with, read again if
-// refresh.
-func (h PayoutWebhooks) keys(ctx context.Context, refresh bool) ([][]byte, error) {
+// keys returns the keys a call may be signed with, read again if refresh.
+func (h webhookSigner) keys(ctx context.Context, refresh bool) ([][]byte, error) {
 	if h.Keys == nil {
 		if len(h.Secret) == 0 {
 			return nil, nil
@@ -97,7 +118,7 @@ func (h PayoutWebhooks) keys(ctx context.Context, refresh bool) ([][]byte, error
 	}
 	k, err := read(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("payout callbacks: %w", err)
+		return nil, fmt.Errorf("%s: %w", h.what, err)
 	}
 	if k.Current == "" {
 		return nil, nil
@@ -105,9 +126,9 @@ func (h PayoutWebhooks) keys(ctx context.Context, refresh bool) ([][]byte, error
 	return k.All(), nil
 }
 
-// verify checks the callback's signature against each key; a mismatch
+// verify checks the call's signature against each key; a mismatch
 // under all of them is ErrMismatch, else the first key's verdict stands.
-func (h PayoutWebhooks) verify(keys [][]byte, r *Request) error {
+func (h webhookSigner) verify(keys [][]byte, r *Request) error {
 	var first error
 	for _, k := range keys {
 		err := signature.Verify(k, r.Header(signature.Header), r.Body, h.Clock.Now(), signature.DefaultTolerance)

@@ -20,10 +20,18 @@ const webhookSecret = "dev-webhook-secret"
 // at (zero: now) with secret.
 func callback(t *testing.T, secret, raw string, at time.Time) []byte {
 	t.Helper()
+	return signedPayload(t, "webhook-payout", secret, raw, at)
+}
+
+// signedPayload is fixture name with body raw, signed at at (zero: now)
+// with secret.
+func signedPayload(t *testing.T, name, secret, raw string, at time.Time, mods ...mod) []byte {
+	t.Helper()
 	if at.IsZero() {
 		at = time.Now()
 	}
-	return payload(t, "webhook-payout", "", body(raw), header("x-hourglass-signature", signature.Sign([]byte(secret), at, []byte(raw))))
+	mods = append(mods, body(raw), header("x-hourglass-signature", signature.Sign([]byte(secret), at, []byte(raw))))
+	return payload(t, name, "", mods...)
 }
 
 func callbackBody(event, id, status string) string {

@@ -485,7 +485,7 @@ func (d *inlineOrders) Dispatch(ctx context.Context, jobs []delayq.Job) ([]delay
 	return refused, errors.Join(errs...)
 }
 
-// confirmAll drives the sales' order jobs through poller rounds until every
+// confirmAll drives the sales' order (and event) jobs through poller rounds until every
 // admitted purchase is confirmed, then checks purchases, orders and queues.
 func (s *saleCluster) confirmAll(t *testing.T, sales []finishedSale) {
 	t.Helper()
@@ -524,6 +524,10 @@ func (s *saleCluster) confirmAll(t *testing.T, sales []finishedSale) {
 				t.Fatalf("%s: confirmed %d > admitted %d", sl.item, st.Confirmed, sl.admittedN)
 			}
 			done = done && st.Confirmed == sl.admittedN && st.Admitted == sl.admittedN
+			// and the order.created events, queued as the orders were made,
+			// went out
+			qs, err := d.queues[seckill.QueueName(sl.item)].Stats(ctx, time.Now())
+			done = done && err == nil && qs == (delayq.Stats{})
 		}
 		if done {
 			break

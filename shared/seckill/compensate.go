@@ -64,7 +64,9 @@ type Report struct {
 	Confirmed     int `json:"confirmed"`
 	HoldsSettled  int `json:"holds_settled"`
 	HoldsReturned int `json:"holds_returned"`
-	Unregistered  int `json:"unregistered"`
+	// ExpiriesRequeued counts expiry jobs queued again (see expiry).
+	ExpiriesRequeued int `json:"expiries_requeued"`
+	Unregistered     int `json:"unregistered"`
 }
 
 func (c *Compensation) defaults() {
@@ -97,7 +99,8 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 		metrics.Of(metrics.CompensationReleased, metrics.Count, float64(rep.Released)))
 	if rep != (Report{}) {
 		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released, "confirmed", rep.Confirmed,
-			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered)
+			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered,
+			"expiries_requeued", rep.ExpiriesRequeued)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -128,7 +131,8 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 	return nil
 }
 
-// reserved follows up overdue reserved purchases of shard n: those with a
+// reserved follows up overdue reserved purchases of shard n (and purchases
+// awaiting payment long past their pay-by time, see expiry): those with a
 // record (taken from another shard, or enqueued again before), then those
 // made there as their buyer's home shard, which have none. A purchase that
 // cannot be followed up now (the ledger did not answer) does not hold up
@@ -140,6 +144,10 @@ func (c *Compensation) reserved(ctx context.Context, item string, n int, now tim
 	err := c.Store.scanHash(ctx, k.Purchases, func(kv []string) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			p, err := decodePurchase(item, n, kv[i], kv[i+1])
+			if err == nil && p.Status == AwaitingPayment && p.PayBy.Before(before) {
+				errs = append(errs, c.expiry(ctx, p, now, rep))
+				continue
+			}
 			if err != nil || p.Status != Reserved || !p.UpdatedAt.Before(before) {
 				continue
 			}
@@ -213,6 +221,40 @@ func (c *Compensation) repair(ctx context.Context, p Purchase, now, before time.
 				"item_id", p.ItemID, "purchase_id", p.ID)
 		}
 	}
+	return nil
+}
+
+// expiry follows up purchase p, still awaiting payment ReservedTimeout past
+// its pay-by time: its expiry job was lost or given up on (dead-lettered),
+// or is in SQS. Unless it is scheduled or leased, it is queued again, due
+// now (from the dead set too); a second delivery of a job in SQS finds the
+// order ended and does nothing.
+func (c *Compensation) expiry(ctx context.Context, p Purchase, now time.Time, rep *Report) error {
+	k := c.Store.keys(p.ItemID, p.Shard)
+	id := expiryJob(jobOf(p))
+	var due, leased *redis.FloatCmd
+	_, err := c.Store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		due = pl.ZScore(ctx, k.Due, id)
+		leased = pl.ZScore(ctx, k.Inflight, id)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	if due.Err() == nil || leased.Err() == nil {
+		return nil // on its way
+	}
+	_, err = c.Store.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.ZRem(ctx, k.Dead, id)
+		pl.ZAddNX(ctx, k.Due, redis.Z{Score: float64(now.UnixMilli()), Member: id})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rep.ExpiriesRequeued++
+	c.Log.Warn("expiry job of an order awaiting payment past its pay-by time is not in Redis (lost, dead, or in SQS); enqueued again",
+		"item_id", p.ItemID, "purchase_id", p.ID, "pay_by", clock.Format(p.PayBy))
 	return nil
 }
 

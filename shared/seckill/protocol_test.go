@@ -77,6 +77,25 @@ func (l *memOrders) VoidOrder(_ context.Context, o Order) (bool, error) {
 	return !l.claim(o.ID, true), nil
 }
 
+// FindOrder knows only whether the order was made: these tests sell
+// without payment windows.
+func (l *memOrders) FindOrder(_ context.Context, o Order) (Order, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if voided, ok := l.ids[o.ID]; !ok || voided {
+		return Order{}, ErrNoOrder
+	}
+	return o, nil
+}
+
+func (l *memOrders) SettlePayment(context.Context, Payment) (Order, PaymentResult, error) {
+	return Order{}, PaymentResult{}, ErrNoOrder
+}
+
+func (l *memOrders) ExpireOrder(context.Context, Order, time.Time) (OrderEnd, error) {
+	return "", ErrNotDue
+}
+
 func homedAt(shard, shards int) string {
 	for i := 0; ; i++ {
 		u := "user-" + strconv.Itoa(i%100) + strconv.Itoa(i/100)

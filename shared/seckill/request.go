@@ -4,9 +4,11 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/shared/validation"
+	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
-var preheatFields = map[string]bool{"stock": true, "starts_at": true, "ends_at": true, "per_user_limit": true, "shards": true}
+var preheatFields = map[string]bool{"stock": true, "starts_at": true, "ends_at": true, "per_user_limit": true, "shards": true,
+	"price": true, "currency": true, "payment_window_seconds": true}
 
 func checkItemID(id string, verr *validation.Error) {
 	if !ValidItemID(id) {
@@ -14,8 +16,9 @@ func checkItemID(id string, verr *validation.Error) {
 	}
 }
 
-// parsePreheat validates a preheat body at now.
-func parsePreheat(id string, body []byte, now time.Time) (Item, error) {
+// parsePreheat validates a preheat body at now; a price follows prices'
+// rules (those of a withdrawal's amount).
+func parsePreheat(id string, body []byte, now time.Time, prices withdrawal.Rules) (Item, error) {
 	verr := &validation.Error{}
 	checkItemID(id, verr)
 	raw := verr.Object(body, preheatFields, false)
@@ -46,6 +49,13 @@ func parsePreheat(id string, body []byte, now time.Time) (Item, error) {
 		verr.Add("ends_at", "must be in the future")
 	}
 	it.StartsAt, it.EndsAt = starts, ends
+	var priced bool
+	it.Price, it.Currency, priced, _ = prices.ParseMoney(verr, raw, "price", "currency", false)
+	window, windowOK := verr.Int(raw, "payment_window_seconds", 0, 1, int64(MaxPaymentWindow/time.Second), false)
+	if _, given := raw["payment_window_seconds"]; given && windowOK && !priced {
+		verr.Add("payment_window_seconds", "needs a price and currency")
+	}
+	it.Window = time.Duration(window) * time.Second
 	if err := verr.Err(); err != nil {
 		return Item{}, err
 	}

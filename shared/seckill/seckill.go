@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/hourglass/hourglass/shared/clock"
 )
 
@@ -50,12 +52,20 @@ type PurchaseStatus string
 
 // Purchase statuses: reserved on admission, then confirmed (the order exists)
 // or released (its order id is void in the ledger, so the order can never
-// be made; the stock went back).
+// be made; the stock went back). An item with a payment window makes the
+// order awaiting_payment instead of confirmed, which ends paid, or expired
+// (unpaid at its pay-by time: the stock went back, and the buyer's limit).
 const (
-	Reserved  PurchaseStatus = "reserved"
-	Confirmed PurchaseStatus = "confirmed"
-	Released  PurchaseStatus = "released"
+	Reserved        PurchaseStatus = "reserved"
+	Confirmed       PurchaseStatus = "confirmed"
+	Released        PurchaseStatus = "released"
+	AwaitingPayment PurchaseStatus = "awaiting_payment"
+	Paid            PurchaseStatus = "paid"
+	Expired         PurchaseStatus = "expired"
 )
+
+// MaxPaymentWindow is the longest payment window of a preheat.
+const MaxPaymentWindow = 24 * time.Hour
 
 // Item is the configuration of a flash sale, as preheated.
 type Item struct {
@@ -68,6 +78,11 @@ type Item struct {
 	// Version changes with every preheat; it invalidates what containers
 	// remember of the item.
 	Version int64
+	// Price (zero: none) is the price of one unit in Currency; Window, if
+	// not zero, is how long after its order is made a purchase may be paid.
+	Price    decimal.Decimal
+	Currency string
+	Window   time.Duration
 }
 
 // State is an item's public state.
@@ -94,6 +109,12 @@ type Purchase struct {
 	Requeues  int
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// PayBy is when an order awaiting payment expires (zero without a
+	// payment window); Amount and Currency are what the order costs
+	// (empty for an item without a price).
+	PayBy    time.Time
+	Amount   string
+	Currency string
 }
 
 // PurchaseView is a purchase as the HTTP API shows it.
@@ -104,6 +125,11 @@ type PurchaseView struct {
 	Quantity   int            `json:"quantity"`
 	OrderID    *string        `json:"order_id"`
 	CreatedAt  string         `json:"created_at"`
+	// PayBy, Amount and Currency are null where they do not apply: no
+	// payment window, no price, or no order yet.
+	PayBy    *string `json:"pay_by"`
+	Amount   *string `json:"amount"`
+	Currency *string `json:"currency"`
 }
 
 // View returns the API representation of p.
@@ -112,6 +138,13 @@ func (p Purchase) View() PurchaseView {
 		CreatedAt: clock.Format(p.CreatedAt)}
 	if p.OrderID != "" {
 		v.OrderID = &p.OrderID
+	}
+	if !p.PayBy.IsZero() {
+		at := clock.Format(p.PayBy)
+		v.PayBy = &at
+	}
+	if p.Amount != "" {
+		v.Amount, v.Currency = &p.Amount, &p.Currency
 	}
 	return v
 }
@@ -139,6 +172,10 @@ var (
 	// ErrOrderVoided: the order id was voided (see OrderLedger.VoidOrder);
 	// no order can be made for the purchase, which is released.
 	ErrOrderVoided = errors.New("seckill: order voided")
+	// ErrNoOrder: no order has the id (or it was voided).
+	ErrNoOrder = errors.New("seckill: no such order")
+	// ErrNotDue: an expiry asked for before the order's pay-by time.
+	ErrNotDue = errors.New("seckill: order not due to expire")
 )
 
 var itemIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/validation"
+	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 // Defaults of a Service.
@@ -51,6 +53,10 @@ type Config struct {
 	OnScheduled func(due time.Time)
 	// Metrics, if set, counts admissions and refusals by reason.
 	Metrics *metrics.Emitter
+	// Prices are the rules of an item's price and currency (a withdrawal's
+	// amount rules: HOURGLASS_CURRENCIES, HOURGLASS_MAX_AMOUNT); zero means
+	// CNY, USD, EUR and JPY up to 1,000,000.
+	Prices withdrawal.Rules
 }
 
 // Service is the flash-sale API: preheat, item state, purchase, own purchase.
@@ -92,6 +98,9 @@ func NewService(cfg Config) (*Service, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Backlog = cmp.Or(cfg.Backlog, DefaultBacklog)
 	cfg.Hold = cmp.Or(cfg.Hold, DefaultHold)
+	if len(cfg.Prices.Currencies) == 0 {
+		cfg.Prices = withdrawal.Rules{Currencies: []string{"CNY", "USD", "EUR", "JPY"}, MaxAmount: decimal.NewFromInt(1_000_000)}
+	}
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
 		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
 	}
@@ -185,7 +194,7 @@ func (s *Service) forget(item string, version int64) {
 // ErrOrdersPending while any of them still waits for its order.
 func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (State, error) {
 	now := s.cfg.Clock.Now().UTC()
-	it, err := parsePreheat(itemID, body, now)
+	it, err := parsePreheat(itemID, body, now, s.cfg.Prices)
 	if err != nil {
 		return State{}, err
 	}
@@ -232,7 +241,7 @@ func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (Stat
 	s.forget(it.ID, 0)
 	s.cfg.Logger.Info("item preheated", "item_id", it.ID, "stock", it.Stock, "shards", it.Shards,
 		"per_user_limit", it.PerUserLimit, "starts_at", clock.Format(it.StartsAt), "ends_at", clock.Format(it.EndsAt),
-		"version", it.Version)
+		"version", it.Version, "price", it.Price.String(), "currency", it.Currency, "payment_window", it.Window.String())
 	return s.State(ctx, it.ID)
 }
 
@@ -490,7 +499,11 @@ func (s *Service) Mine(ctx context.Context, itemID, userID string) (Purchase, er
 		if refs[i].shard < 0 {
 			continue // still being taken from another shard
 		}
-		return s.cfg.Store.purchase(ctx, itemID, refs[i].shard, orderJob{pid: refs[i].pid, qty: refs[i].qty, home: home, user: userID})
+		p, err := s.cfg.Store.purchase(ctx, itemID, refs[i].shard, orderJob{pid: refs[i].pid, qty: refs[i].qty, home: home, user: userID})
+		if err == nil && p.OrderID != "" {
+			p.Amount, p.Currency, _ = set.terms(p.Quantity, p.UpdatedAt)
+		}
+		return p, err
 	}
 	return Purchase{}, ErrNoPurchase
 }

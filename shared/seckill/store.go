@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/orders"
+	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 var (
@@ -31,6 +34,8 @@ var (
 	repairSrc string
 	//go:embed lua/preheat.lua
 	preheatSrc string
+	//go:embed lua/end_order.lua
+	endOrderSrc string
 
 	admitScript       = redis.NewScript(admitSrc)
 	takeScript        = redis.NewScript(takeSrc)
@@ -39,6 +44,7 @@ var (
 	settleOrderScript = redis.NewScript(settleOrderSrc)
 	repairScript      = redis.NewScript(repairSrc)
 	preheatScript     = redis.NewScript(preheatSrc)
+	endOrderScript    = redis.NewScript(endOrderSrc)
 )
 
 // Store is the flash sale's Redis state: item shards, buyers, purchases,
@@ -83,11 +89,31 @@ type settings struct {
 	shards       int
 	starts, ends time.Time
 	limit        int
+	// price ("" for none), currency and payment window (0 for none).
+	price, currency string
+	window          time.Duration
+}
+
+// terms are the amount and pay-by time of an order of qty units made at now
+// under the settings: no amount without a price, no pay-by time without a
+// window.
+func (st settings) terms(qty int, now time.Time) (amount, currency string, payBy time.Time) {
+	if st.window > 0 {
+		payBy = now.Add(st.window)
+	}
+	if st.price == "" {
+		return "", "", payBy
+	}
+	price, err := decimal.NewFromString(st.price)
+	if err != nil {
+		return "", "", payBy
+	}
+	return withdrawal.FormatAmount(price.Mul(decimal.NewFromInt(int64(qty))), st.currency), st.currency, payBy
 }
 
 // settings reads an item's settings; version 0 means the item is unknown.
 func (s *Store) settings(ctx context.Context, item string) (settings, error) {
-	vals, err := s.rdb.HMGet(ctx, s.keys(item, 0).Meta, "version", "shards", "starts", "ends", "limit").Result()
+	vals, err := s.rdb.HMGet(ctx, s.keys(item, 0).Meta, "version", "shards", "starts", "ends", "limit", "price", "currency", "window").Result()
 	if err != nil {
 		return settings{}, fmt.Errorf("seckill: read %s: %w", item, err)
 	}
@@ -96,8 +122,10 @@ func (s *Store) settings(ctx context.Context, item string) (settings, error) {
 		v, _ := strconv.ParseInt(str, 10, 64)
 		return v
 	}
+	str := func(i int) string { v, _ := vals[i].(string); return v }
 	return settings{version: num(0), shards: int(num(1)), starts: time.UnixMilli(num(2)).UTC(),
-		ends: time.UnixMilli(num(3)).UTC(), limit: int(num(4))}, nil
+		ends: time.UnixMilli(num(3)).UTC(), limit: int(num(4)), price: str(5), currency: str(6),
+		window: time.Duration(num(7)) * time.Millisecond}, nil
 }
 
 // Shards returns the registered shard count of item, 0 if it is unknown.
@@ -138,15 +166,19 @@ type shardMeta struct {
 	starts, ends                    time.Time
 	limit                           int
 	stock, left, confirmd, released int64
+	awaiting, paid, expired         int64
 }
 
 // admitted is the units admitted: every unit that left the stock, less
-// those released back to it.
-func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released }
+// those released or expired back to it.
+func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released + m.expired }
 
-// pending is the units admitted whose order is not made yet: those that left
-// the stock and were not confirmed.
-func (m shardMeta) pending() int64 { return m.stock - m.left - m.confirmd }
+// pending is the units admitted whose order is not made yet or not paid
+// yet: those that left the stock and were neither confirmed nor paid.
+func (m shardMeta) pending() int64 { return m.stock - m.left - m.confirmd - m.paid }
+
+// unordered is the units admitted whose order is not made yet.
+func (m shardMeta) unordered() int64 { return m.pending() - m.awaiting }
 
 // leftField is the meta field of the stock left under an item version.
 func leftField(version int64) string { return "left:" + strconv.FormatInt(version, 10) }
@@ -179,6 +211,7 @@ func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta
 			version: version, shards: int(num("shards")), starts: time.UnixMilli(num("starts")).UTC(),
 			ends: time.UnixMilli(num("ends")).UTC(), limit: int(num("limit")), stock: num("stock"),
 			left: num(leftField(version)), confirmd: num("confirmed"), released: num("released"),
+			awaiting: num("awaiting"), paid: num("paid"), expired: num("expired"),
 		}
 	}
 	return out, true, nil
@@ -346,22 +379,77 @@ func (s *Store) purchase(ctx context.Context, item string, n int, j orderJob) (P
 	return Purchase{}, ErrNoPurchase
 }
 
-// settleOrder ends a reserved purchase as confirmed (with orderID) or
-// released. It reports whether this call ended it, and the record after.
-func (s *Store) settleOrder(ctx context.Context, item string, n int, j orderJob, to PurchaseStatus, orderID string, now time.Time) (Purchase, bool, error) {
+// settleOrder ends a reserved purchase as released, or as confirmed or
+// awaiting_payment with order o (then its order.created event is queued,
+// and, awaiting payment, its expiry job). It reports whether this call ended
+// it, and the record after.
+func (s *Store) settleOrder(ctx context.Context, item string, n int, j orderJob, to PurchaseStatus, o Order, now time.Time) (Purchase, bool, error) {
 	k := s.keys(item, n)
-	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Users},
-		j.pid, string(to), orderID, now.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n).Slice()
+	payBy, expiry, event := "", "", ""
+	if to != Released {
+		event = eventJob{typ: orders.Created, at: now, amount: o.Amount, currency: o.Currency, job: j}.String()
+	}
+	if to == AwaitingPayment {
+		payBy, expiry = strconv.FormatInt(o.PayBy.UnixMilli(), 10), expiryJob(j)
+	}
+	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Users, k.Due},
+		j.pid, string(to), o.ID, now.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n, payBy, expiry, event).Slice()
 	if err != nil {
 		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
 	}
+	return settled(item, n, j.pid, res)
+}
+
+// settled reads the {code, record} answer of settle_order.lua and
+// end_order.lua: the record after, and whether this call changed it.
+func settled(item string, n int, pid string, res []any) (Purchase, bool, error) {
 	code, _ := res[0].(int64)
 	if code == 0 {
 		return Purchase{}, false, ErrNoPurchase
 	}
 	rec, _ := res[1].(string)
-	p, err := decodePurchase(item, n, j.pid, rec)
+	p, err := decodePurchase(item, n, pid, rec)
 	return p, code == 1, err
+}
+
+// endOrder ends purchase pur, awaiting payment, as its order ended in the
+// ledger: paid or expired (its stock back to its shard; the buyer's limit is
+// giveBack's). Its order.paid or order.expired event is queued in the same
+// step. It reports whether this call ended it, and the record after.
+func (s *Store) endOrder(ctx context.Context, pur Purchase, to PurchaseStatus, now time.Time) (Purchase, bool, error) {
+	k := s.keys(pur.ItemID, pur.Shard)
+	typ := orders.Paid
+	if to == Expired {
+		typ = orders.Expired
+	}
+	j := jobOf(pur)
+	event := eventJob{typ: typ, at: now, amount: pur.Amount, currency: pur.Currency, job: j}.String()
+	res, err := endOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Due},
+		j.pid, string(to), now.UnixMilli(), expiryJob(j), event).Slice()
+	if err != nil {
+		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
+	}
+	p, done, err := settled(pur.ItemID, pur.Shard, j.pid, res)
+	p.Amount, p.Currency = pur.Amount, pur.Currency
+	return p, done, err
+}
+
+// enqueueEvent queues an event job of shard n, due at, unless it is queued.
+func (s *Store) enqueueEvent(ctx context.Context, item string, n int, e eventJob) error {
+	k := s.keys(item, n)
+	if err := s.rdb.ZAddNX(ctx, k.Due, redis.Z{Score: float64(e.at.UnixMilli()), Member: e.String()}).Err(); err != nil {
+		return fmt.Errorf("seckill: queue event on %s: %w", k.Tag, err)
+	}
+	return nil
+}
+
+// putBack schedules job id of shard n again at due (an early expiry job).
+func (s *Store) putBack(ctx context.Context, item string, n int, id string, due time.Time) error {
+	k := s.keys(item, n)
+	if err := s.rdb.ZAdd(ctx, k.Due, redis.Z{Score: float64(due.UnixMilli()), Member: id}).Err(); err != nil {
+		return fmt.Errorf("seckill: put back %s on %s: %w", id, k.Tag, err)
+	}
+	return nil
 }
 
 // decodePurchase reads "status|qty|created|updated|home|requeues|order|user".
@@ -378,11 +466,21 @@ func decodePurchase(item string, shard int, pid, rec string) (Purchase, error) {
 		}
 		nums[i] = v
 	}
-	return Purchase{
+	p := Purchase{
 		ID: pid, ItemID: item, UserID: f[7], Quantity: int(nums[0]), Status: PurchaseStatus(f[0]), OrderID: f[6],
 		Shard: shard, Home: int(nums[3]), Requeues: int(nums[4]),
 		CreatedAt: time.UnixMilli(nums[1]).UTC(), UpdatedAt: time.UnixMilli(nums[2]).UTC(),
-	}, nil
+	}
+	// An order awaiting payment (and then paid or expired) is
+	// "<order id>@<pay by ms>".
+	if id, by, ok := strings.Cut(p.OrderID, "@"); ok {
+		ms, err := strconv.ParseInt(by, 10, 64)
+		if err != nil {
+			return Purchase{}, fmt.Errorf("seckill: purchase %s: bad record %q", pid, rec)
+		}
+		p.OrderID, p.PayBy = id, time.UnixMilli(ms).UTC()
+	}
+	return p, nil
 }
 
 // userPurchases returns the user's purchases from the home shard's entry,
@@ -468,6 +566,52 @@ func parseOrderJob(id string) (orderJob, error) {
 	return orderJob{}, fmt.Errorf("%w: order job %q", ErrBadOrderJob, id)
 }
 
+// expiryJob is the id of the expiry job of purchase j's order: "ex|" and
+// the order job.
+func expiryJob(j orderJob) string { return expiryPrefix + j.String() }
+
+// Prefixes of the job ids that are not order jobs (which start "pu_").
+const (
+	expiryPrefix = "ex|"
+	eventPrefix  = "ev|"
+)
+
+// eventJob is an order event waiting in the outbox (the item shard's due
+// set) to be published: "ev|<type>|<at ms>|<amount>|<currency>|<ref>|" and
+// the order job. ref tells events of one type apart (the payment event id
+// of a payment.refund_required).
+type eventJob struct {
+	typ              string
+	at               time.Time
+	amount, currency string
+	ref              string
+	job              orderJob
+}
+
+func (e eventJob) String() string {
+	return eventPrefix + e.typ + "|" + strconv.FormatInt(e.at.UnixMilli(), 10) + "|" + e.amount + "|" + e.currency + "|" +
+		e.ref + "|" + e.job.String()
+}
+
+func parseEventJob(id string) (eventJob, error) {
+	f := strings.SplitN(strings.TrimPrefix(id, eventPrefix), "|", 6)
+	if len(f) == 6 && strings.HasPrefix(id, eventPrefix) {
+		at, err := strconv.ParseInt(f[1], 10, 64)
+		j, jerr := parseOrderJob(f[5])
+		e := eventJob{typ: f[0], at: time.UnixMilli(at).UTC(), amount: f[2], currency: f[3], ref: f[4], job: j}
+		if err == nil && jerr == nil && e.String() == id {
+			return e, nil
+		}
+	}
+	return eventJob{}, fmt.Errorf("%w: event job %q", ErrBadOrderJob, id)
+}
+
+// event is the orders.Event of e on an item.
+func (e eventJob) event(item string) orders.Event {
+	return orders.Event{Type: e.typ, OrderID: OrderID(e.job.pid), PurchaseID: e.job.pid, ItemID: item, UserID: e.job.user,
+		Quantity: e.job.qty, Amount: e.amount, Currency: e.currency, At: orders.At(e.at)}
+}
+
 // OrderJobID is the id of the order job of p.
 func OrderJobID(p Purchase) string { return jobOf(p).String() }
 
@@ -479,9 +623,14 @@ func jobOf(p Purchase) orderJob {
 // when orders are pending there.
 func (s *Store) preheatShard(ctx context.Context, it Item, n int, stock int64) (bool, error) {
 	k := s.keys(it.ID, n)
+	price := ""
+	if it.Currency != "" {
+		price = it.Price.String()
+	}
 	ok, err := preheatScript.Run(ctx, s.rdb,
 		[]string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due, k.Inflight, k.Dead},
-		it.Version, it.Shards, it.StartsAt.UnixMilli(), it.EndsAt.UnixMilli(), it.PerUserLimit, stock).Int()
+		it.Version, it.Shards, it.StartsAt.UnixMilli(), it.EndsAt.UnixMilli(), it.PerUserLimit, stock,
+		price, it.Currency, it.Window.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("seckill: preheat %s: %w", k.Tag, err)
 	}
@@ -500,6 +649,10 @@ type ItemStats struct {
 	StockLeft int64 `json:"stock_left"`
 	Admitted  int64 `json:"admitted"`
 	Confirmed int64 `json:"confirmed"`
+	// Units of orders awaiting payment, paid, and expired (back in stock).
+	AwaitingPayment int64 `json:"awaiting_payment"`
+	Paid            int64 `json:"paid"`
+	Expired         int64 `json:"expired"`
 }
 
 // Stats returns the counters of every registered item.
@@ -522,6 +675,9 @@ func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
 			st.StockLeft += m.left
 			st.Admitted += m.admitted()
 			st.Confirmed += m.confirmd
+			st.AwaitingPayment += m.awaiting
+			st.Paid += m.paid
+			st.Expired += m.expired
 		}
 		out[item] = st
 	}

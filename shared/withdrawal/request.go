@@ -119,35 +119,9 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 		return Request{}, verr
 	}
 	var req Request
-	amount, amountOK := verr.String(raw, "amount")
-	currency, currencyOK := verr.String(raw, "currency")
+	req.Amount, req.Currency, _, _ = r.ParseMoney(verr, raw, "amount", "currency", true)
 	var destinationOK bool
 	req.Destination, destinationOK = verr.String(raw, "destination")
-
-	if currencyOK {
-		if !r.accepts(currency) {
-			verr.Add("currency", "must be one of %s", strings.Join(r.Currencies, ", "))
-			currencyOK = false
-		}
-		req.Currency = currency
-	}
-	if amountOK {
-		m := amountRe.FindStringSubmatch(amount)
-		switch {
-		case m == nil:
-			verr.Add("amount", "must be a decimal string such as \"125.50\"")
-		default:
-			req.Amount = decimal.RequireFromString(amount)
-			switch {
-			case !req.Amount.IsPositive():
-				verr.Add("amount", "must be greater than 0")
-			case req.Amount.GreaterThan(r.MaxAmount):
-				verr.Add("amount", "must be at most %s", r.MaxAmount.String())
-			case currencyOK && int32(len(m[3])) > minorDigits[currency]:
-				verr.Add("amount", "%s allows at most %d decimal places", currency, minorDigits[currency])
-			}
-		}
-	}
 	if destinationOK && !destinationRe.MatchString(req.Destination) {
 		verr.Add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
 	}

@@ -210,6 +210,9 @@
       cell(tr, count(it.stock_left), 'item:' + id + ':stock_left', it.stock_left);
       cell(tr, count(it.admitted), 'item:' + id + ':admitted', it.admitted);
       cell(tr, count(it.confirmed), 'item:' + id + ':confirmed', it.confirmed);
+      cell(tr, count(it.awaiting_payment), 'item:' + id + ':awaiting_payment', it.awaiting_payment);
+      cell(tr, count(it.paid), 'item:' + id + ':paid', it.paid);
+      cell(tr, count(it.expired), 'item:' + id + ':expired', it.expired);
       cell(tr, st ? st.starts_at.slice(0, 16).replace('T', ' ') + ' → ' + st.ends_at.slice(0, 16).replace('T', ' ') + ' UTC' : '');
       ibody.appendChild(tr);
     }
@@ -230,6 +233,8 @@
     chart('rate', [
       { name: 'jobs claimed', points: ratePts('claimed') },
       { name: 'orders confirmed', points: ratePts('orders_confirmed') },
+      { name: 'orders paid', points: ratePts('orders_paid') },
+      { name: 'orders expired', points: ratePts('orders_expired') },
       { name: 'payouts paid', points: ratePts('payouts_paid') },
       { name: 'payouts failed', points: ratePts('payouts_failed') },
     ], rate);

@@ -15,7 +15,7 @@
 --     its record (see settle_order.lua);
 --   * the common case, a buyer's first purchase inside the window with stock
 --     and room in the backlog (ARGV[13] = "1" when the caller's settings say
---     so), is four commands: ZCARD, HINCRBY, HSETNX, ZADD. Anything else undoes
+--     so), is four commands: ZCOUNT, HINCRBY, HSETNX, ZADD. Anything else undoes
 --     the HINCRBY and takes the general path.
 --
 -- KEYS[1] -> item shard meta (hash: version, left:<version>, ...)
@@ -28,7 +28,8 @@
 -- ARGV[3] -> now, unix ms
 -- ARGV[4] -> purchase id for this attempt
 -- ARGV[5] -> the stock field of the version the settings below belong to
--- ARGV[6] -> order backlog limit of the shard (order jobs waiting)
+-- ARGV[6] -> order backlog limit of the shard (jobs due and waiting: the
+--            expiry jobs of orders awaiting payment, due later, do not count)
 -- ARGV[7] -> hold deadline, unix ms (used when this shard has no stock)
 -- ARGV[8] -> this shard's number
 -- ARGV[9] -> sale start, unix ms
@@ -50,7 +51,7 @@
 -- (extra: the limit). A repeated attempt with the same purchase id answers as
 -- the first did.
 local qty = tonumber(ARGV[2])
-if ARGV[13] == '1' and redis.call('ZCARD', KEYS[4]) < tonumber(ARGV[6]) then
+if ARGV[13] == '1' and redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[3]) < tonumber(ARGV[6]) then
   local left = redis.call('HINCRBY', KEYS[1], ARGV[5], -qty)
   if left >= 0 and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[15]) == 1 then
     redis.call('ZADD', KEYS[4], ARGV[3], ARGV[14])
@@ -102,7 +103,7 @@ end
 if bought + qty > limit then
   return {4, version}
 end
-if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[6]) then
+if redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[3]) >= tonumber(ARGV[6]) then
   return {5, version}
 end
 

@@ -35,7 +35,7 @@ local rec = redis.call('HGET', KEYS[1], ARGV[1])
 local status, qty, created, updated, home, requeues, order, user
 if rec then
   status, qty, created, updated, home, requeues, order, user =
-    string.match(rec, '^(%a+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    string.match(rec, '^([%a_]+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
 else
   local entry = redis.call('HGET', KEYS[5], ARGV[5])
   if not entry or not string.find(',' .. string.match(entry, '|(.*)$') .. ',',

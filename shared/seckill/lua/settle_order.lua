@@ -1,5 +1,9 @@
 -- settle_order: end a reserved purchase: confirmed with its order id, or
--- released with its stock given back to the shard.
+-- released with its stock given back to the shard, or, for an item with a
+-- payment window, awaiting_payment with its order id and pay-by time (the
+-- record's order field is "<order id>@<pay by ms>"), its expiry job
+-- scheduled at the pay-by time. The order's order.created event job (the
+-- outbox, ARGV[11]) is enqueued, due now, in the same step.
 --
 -- A purchase made on its buyer's home shard has no record while reserved:
 -- the buyer's entry there lists it, and the caller passes what its order job
@@ -8,14 +12,18 @@
 -- KEYS[1] -> item shard meta
 -- KEYS[2] -> purchases
 -- KEYS[3] -> buyers of this shard
+-- KEYS[4] -> order queue due set
 -- ARGV[1] -> purchase id
--- ARGV[2] -> "confirmed" or "released"
+-- ARGV[2] -> "confirmed", "awaiting_payment" or "released"
 -- ARGV[3] -> order id ("" when released)
 -- ARGV[4] -> now, unix ms
 -- ARGV[5] -> user id
 -- ARGV[6] -> quantity
 -- ARGV[7] -> created, unix ms
 -- ARGV[8] -> this shard's number
+-- ARGV[9] -> pay by, unix ms ("" unless awaiting_payment)
+-- ARGV[10] -> the expiry job ("" unless awaiting_payment)
+-- ARGV[11] -> the event job ("" for none)
 --
 -- Returns {code, record}: 0 no such purchase (the item was re-preheated);
 -- 1 done now; 2 it had ended already (record as it stands).
@@ -23,7 +31,7 @@ local rec = redis.call('HGET', KEYS[2], ARGV[1])
 local status, qty, created, updated, home, requeues, order, user
 if rec then
   status, qty, created, updated, home, requeues, order, user =
-    string.match(rec, '^(%a+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    string.match(rec, '^([%a_]+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
   if status ~= 'reserved' then
     return {2, rec}
   end
@@ -37,10 +45,20 @@ else
   end
   qty, created, home, requeues, user = ARGV[6], ARGV[7], ARGV[8], '0', ARGV[5]
 end
-local out = ARGV[2] .. '|' .. qty .. '|' .. created .. '|' .. ARGV[4] .. '|' .. home .. '|' .. requeues .. '|' .. ARGV[3] .. '|' .. user
+local order = ARGV[3]
+if ARGV[2] == 'awaiting_payment' then
+  order = order .. '@' .. ARGV[9]
+end
+local out = ARGV[2] .. '|' .. qty .. '|' .. created .. '|' .. ARGV[4] .. '|' .. home .. '|' .. requeues .. '|' .. order .. '|' .. user
 redis.call('HSET', KEYS[2], ARGV[1], out)
+if ARGV[11] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[11])
+end
 if ARGV[2] == 'confirmed' then
   redis.call('HINCRBY', KEYS[1], 'confirmed', qty)
+elseif ARGV[2] == 'awaiting_payment' then
+  redis.call('HINCRBY', KEYS[1], 'awaiting', qty)
+  redis.call('ZADD', KEYS[4], ARGV[9], ARGV[10])
 else
   local version = redis.call('HGET', KEYS[1], 'version')
   if version then

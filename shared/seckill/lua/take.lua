@@ -9,7 +9,7 @@
 -- ARGV[2] -> quantity
 -- ARGV[3] -> now, unix ms
 -- ARGV[4] -> purchase id
--- ARGV[5] -> order backlog limit of the shard (order jobs waiting)
+-- ARGV[5] -> order backlog limit of the shard (jobs due and waiting)
 -- ARGV[6] -> hold deadline, unix ms: past it the hold may be undone, so no take
 -- ARGV[7] -> the buyer's home shard
 -- ARGV[8] -> item version the hold was made under
@@ -33,7 +33,7 @@ end
 if now >= tonumber(meta[2]) then
   return {3}
 end
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then
+if redis.call('ZCOUNT', KEYS[3], '-inf', ARGV[3]) >= tonumber(ARGV[5]) then
   return {5}
 end
 local qty = tonumber(ARGV[2])

@@ -1,18 +1,22 @@
 package seckill_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/validation"
@@ -548,6 +552,72 @@ func TestPaidBeforeRedisKnewOfTheOrder(t *testing.T) {
 		}
 		if st := s.stats(t, "gap"); st.Paid != 1 || st.AwaitingPayment != 0 {
 			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// unreachableExpiries is an order ledger whose ExpireOrder fails (DynamoDB
+// unreachable) while down is set.
+type unreachableExpiries struct {
+	seckill.OrderLedger
+	down *atomic.Bool
+}
+
+func (l unreachableExpiries) ExpireOrder(ctx context.Context, o seckill.Order, now time.Time) (seckill.OrderEnd, error) {
+	if l.down.Load() {
+		return seckill.EndNone, errors.New("ledger unreachable")
+	}
+	return l.OrderLedger.ExpireOrder(ctx, o, now)
+}
+
+// An expiry that fails is counted in OrderExpiryFailures (what the alarm of
+// that name watches), and the job is delivered again: once the ledger is
+// back, the order expires and nothing more is counted.
+func TestFailedExpiryIsCounted(t *testing.T) {
+	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
+		ctx := context.Background()
+		s := newPaySale(t, b)
+		var down atomic.Bool
+		var out bytes.Buffer
+		s.proc = seckill.NewOrderProcessor(s.store, unreachableExpiries{b.ledger(), &down}, s.clk, quiet)
+		s.proc.Publisher = orders.PublisherFunc(func(context.Context, orders.Event) error { return nil })
+		s.proc.Metrics = metrics.New(&out, s.clk)
+		s.preheat(t, "fail", 1, `,"price":"1","currency":"USD","payment_window_seconds":5`)
+		if _, err := s.svc.Purchase(ctx, "fail", "alice", nil); err != nil {
+			t.Fatal(err)
+		}
+		s.run(t, "fail")
+		if strings.Contains(out.String(), metrics.OrderExpiryFailures) {
+			t.Fatalf("counted a failure before any expiry: %s", out.String())
+		}
+		s.clk.Advance(5 * time.Second)
+		q, err := s.store.Queue("fail", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		down.Store(true)
+		jobs := handOver(t, q, s.clk.Now())
+		var failed int
+		for _, j := range jobs {
+			if err := s.proc.Process(ctx, "fail", j.Shard, j.ID); err != nil {
+				failed++
+			}
+		}
+		if failed != 1 || strings.Count(out.String(), `"`+metrics.OrderExpiryFailures+`"`) != 2 { // its name in the line and in the directive
+			t.Fatalf("%d of %d jobs failed; metric lines:\n%s\nwant the one expiry failed and counted once", failed, len(jobs), out.String())
+		}
+		down.Store(false)
+		out.Reset()
+		for _, j := range jobs {
+			if err := s.proc.Process(ctx, "fail", j.Shard, j.ID); err != nil {
+				t.Fatalf("redelivered %s: %v", j.ID, err)
+			}
+		}
+		if got := s.mine(t, "fail", "alice").Status; got != seckill.Expired {
+			t.Fatalf("after the redelivery the purchase is %s, want expired", got)
+		}
+		if strings.Contains(out.String(), metrics.OrderExpiryFailures) {
+			t.Fatalf("a successful expiry was counted as failed: %s", out.String())
 		}
 	})
 }

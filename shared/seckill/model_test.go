@@ -832,7 +832,10 @@ func (m *machine) settle() {
 	}
 	// A released or expired purchase gave its quantity back to its buyer's limit.
 	for _, p := range tr.purchases {
-		if (p.status == seckill.Released || p.status == seckill.Expired) && !p.given {
+		// One its buyer's entry does not list counts against nothing: a
+		// purchase whose hold was given back (its take's answer was lost)
+		// before the take went through late, and which was then released.
+		if (p.status == seckill.Released || p.status == seckill.Expired) && p.listed && !p.given {
 			m.violate("limit not given back", "%s's released purchase %s still counts against the limit: %q", p.user, p.pid, tr.entries[p.user])
 		}
 	}
@@ -848,6 +851,8 @@ type tPurchase struct {
 	requeues    int
 	created     int64
 	given, held bool
+	// listed: the buyer's entry on its home shard lists the purchase.
+	listed bool
 }
 
 // truth is what Redis and the ledger hold for the current sale.
@@ -975,7 +980,7 @@ func (m *machine) read() truth {
 			tr.purchases[r.pid] = p
 		}
 		if p != nil {
-			p.given, p.held = r.given, r.shard < 0
+			p.given, p.held, p.listed = r.given, r.shard < 0, true
 		}
 	}
 	return tr

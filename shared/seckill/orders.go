@@ -210,7 +210,11 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 	switch {
 	case err == nil:
 		status, done, held, err := p.store.made(ctx, p.ledger, pur, order, now)
-		if err != nil && !errors.Is(err, ErrNoPurchase) {
+		if errors.Is(err, ErrNoPurchase) {
+			log.Warn("order made for a purchase that no longer exists (item preheated again)")
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		p.count(status, done)
@@ -221,6 +225,10 @@ func (p *OrderProcessor) Process(ctx context.Context, item string, shard int, jo
 			// Paid (or expired by a late payment) before Redis knew of the
 			// order: follow now rather than at the pay-by time.
 			got, err := p.store.purchase(ctx, item, shard, job)
+			if errors.Is(err, ErrNoPurchase) {
+				log.Warn("order paid before Redis knew of it, for a purchase that no longer exists (item preheated again)")
+				return nil
+			}
 			if err != nil {
 				return err
 			}

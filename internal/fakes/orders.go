@@ -21,7 +21,8 @@ type OrderEvent struct {
 }
 
 // OrderEvents is the downstream endpoint of ORDERS_WEBHOOK_URL: it checks
-// each event's signature and that its Idempotency-Key is "<order_id>:<type>",
+// each event's signature and that its Idempotency-Key is "<order_id>:<type>"
+// (":<payment_event_id>" more for a refund),
 // and records the events it accepted.
 type OrderEvents struct {
 	URL string
@@ -42,11 +43,17 @@ func NewOrderEvents(t testing.TB, secret string) *OrderEvents {
 			return
 		}
 		var e struct {
-			Type    string `json:"type"`
-			OrderID string `json:"order_id"`
+			Type           string `json:"type"`
+			OrderID        string `json:"order_id"`
+			PaymentEventID string `json:"payment_event_id"`
 		}
 		key := r.Header.Get("Idempotency-Key")
-		if err := json.Unmarshal(body, &e); err != nil || e.OrderID == "" || key != e.OrderID+":"+e.Type {
+		err := json.Unmarshal(body, &e)
+		want := e.OrderID + ":" + e.Type
+		if e.PaymentEventID != "" {
+			want += ":" + e.PaymentEventID
+		}
+		if err != nil || e.OrderID == "" || key != want {
 			t.Errorf("order events: bad event %s under key %q (%v)", body, key, err)
 			w.WriteHeader(http.StatusBadRequest)
 			return

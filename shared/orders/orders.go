@@ -1,8 +1,9 @@
 // Package orders tells downstream systems (stock, SMS, shipping) of each
 // flash-sale order's life: order.created, order.paid, order.expired and
 // payment.refund_required. Events go out at least once; a subscriber
-// de-duplicates them by Key (the order id and the event's type), as an
-// order has at most one event of each type.
+// de-duplicates them by Key (the order id and the event's type, and for a
+// refund the payment's event id): an order has at most one event of each
+// other type.
 package orders
 
 import (
@@ -37,10 +38,21 @@ type Event struct {
 	Currency string `json:"currency"`
 	// At is when the step happened (RFC 3339, UTC, milliseconds).
 	At string `json:"at"`
+	// PaymentEventID is the payment provider's event of a
+	// payment.refund_required (empty otherwise): an order may need more than
+	// one refund, one per payment that came too late or twice.
+	PaymentEventID string `json:"payment_event_id,omitempty"`
 }
 
-// Key is the event's de-duplication key: "<order id>:<type>".
-func (e Event) Key() string { return e.OrderID + ":" + e.Type }
+// Key is the event's de-duplication key: "<order id>:<type>", and
+// ":<payment event id>" for a refund, so that two payments to refund are
+// two events, never one de-duplicated away.
+func (e Event) Key() string {
+	if e.PaymentEventID != "" {
+		return e.OrderID + ":" + e.Type + ":" + e.PaymentEventID
+	}
+	return e.OrderID + ":" + e.Type
+}
 
 // Publisher sends events. A nil error means the event was accepted by the
 // channel; an error means it must be sent again (it may have gone out).

@@ -45,6 +45,15 @@ func TestEventWireForm(t *testing.T) {
 	if k := event("o_1", Paid).Key(); k != "o_1:order.paid" {
 		t.Errorf("Key = %q", k)
 	}
+	// Two payments to refund are two events: their keys differ.
+	r1, r2 := event("o_1", RefundRequired), event("o_1", RefundRequired)
+	r1.PaymentEventID, r2.PaymentEventID = "evt_1", "evt_2"
+	if r1.Key() != "o_1:payment.refund_required:evt_1" || r1.Key() == r2.Key() {
+		t.Errorf("refund keys %q and %q, want one per payment event", r1.Key(), r2.Key())
+	}
+	if b, err := json.Marshal(r1); err != nil || !strings.Contains(string(b), `"payment_event_id":"evt_1"`) {
+		t.Errorf("refund wire form %s (%v), want its payment_event_id", b, err)
+	}
 }
 
 // Every publisher refuses an event a subscriber could not de-duplicate, and

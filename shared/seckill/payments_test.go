@@ -298,6 +298,23 @@ func TestPaymentWindow(t *testing.T) {
 		if n := len(s.published(orders.Paid, orders.Expired)); n != 2 {
 			t.Fatalf("%d paid/expired events, want 2: %q", n, got)
 		}
+		// A second late payment of the same order is another refund: its
+		// event has a key of its own, so no subscriber drops it as a repeat.
+		if late := s.pay(t, payBody("evt_b5", seckill.OrderID(bob.ID), "succeeded", "9.99", "CNY")); !late.RefundRequired {
+			t.Fatalf("second late payment: %+v, want a refund required", late)
+		}
+		s.run(t, "phone")
+		keys := map[string]bool{}
+		s.mu.Lock()
+		for _, e := range s.events {
+			if e.Type == orders.RefundRequired {
+				keys[e.Key()] = true
+			}
+		}
+		s.mu.Unlock()
+		if !keys[seckill.OrderID(bob.ID)+":payment.refund_required:evt_b4"] || !keys[seckill.OrderID(bob.ID)+":payment.refund_required:evt_b5"] {
+			t.Fatalf("refund event keys %v, want one for each of evt_b4 and evt_b5", keys)
+		}
 		// Nothing can be preheated away while carol's order awaits payment.
 		if _, err := s.svc.Preheat(ctx, "phone", []byte(`{"stock":1,"ends_at":"2026-11-30T10:00:00Z"}`)); !errors.Is(err, seckill.ErrOrdersPending) {
 			t.Fatalf("preheat with an order awaiting payment: %v, want ErrOrdersPending", err)

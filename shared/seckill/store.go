@@ -609,7 +609,7 @@ func parseEventJob(id string) (eventJob, error) {
 // event is the orders.Event of e on an item.
 func (e eventJob) event(item string) orders.Event {
 	return orders.Event{Type: e.typ, OrderID: OrderID(e.job.pid), PurchaseID: e.job.pid, ItemID: item, UserID: e.job.user,
-		Quantity: e.job.qty, Amount: e.amount, Currency: e.currency, At: orders.At(e.at)}
+		Quantity: e.job.qty, Amount: e.amount, Currency: e.currency, At: orders.At(e.at), PaymentEventID: e.ref}
 }
 
 // OrderJobID is the id of the order job of p.

@@ -290,6 +290,20 @@ func TestE2E(t *testing.T) {
 		if code := s.api("seckill", event(t, "seckill-item.json"), &state); code != http.StatusOK || state.StockLeft != 4 {
 			t.Fatalf("item: %d %+v, want 4 left", code, state)
 		}
+
+		// The order.created event waits in the item's outbox (its queue,
+		// due now): the next poll hands it to the consumer, which tells the
+		// downstream webhook, signed, keyed by the order.
+		s.poll(1)
+		s.consume()
+		key := mine.OrderID + ":order.created"
+		var told bool
+		for _, e := range s.orders.Events() {
+			told = told || e.Key == key
+		}
+		if !told {
+			t.Fatalf("order events told %+v, want %s", s.orders.Events(), key)
+		}
 	})
 
 	t.Run("operator stats", func(t *testing.T) {

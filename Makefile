@@ -46,6 +46,7 @@ MODEL_RUNS ?= 10000
 # make soak: how long the load runs, and how hard.
 SOAK_DURATION ?= 5m
 SOAK_RATE     ?= 250
+SOAK_SHORT    ?= 30s
 
 .PHONY: help build run test vet bench synth deploy clean fuzz soak tools
 
@@ -98,8 +99,11 @@ node_modules/.bin/dynalite: package.json package-lock.json
 
 .PHONY: e2e invoke rie test-faults check-model
 
-test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover, toxiproxy network faults) judged by the history checker
+test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover, toxiproxy network faults) judged by the history checker, then a 30 s soak (leaks, lost or repeated payouts)
 	HOURGLASS_FAULT_RUNS=1 $(GO) test -race -count=1 -v -timeout 20m -run '^TestFault' ./internal/faults/
+	@out=$$(mktemp); status=0; \
+	$(GO) run ./internal/soak -duration $(SOAK_SHORT) -rate $(SOAK_RATE) -out $$out > /dev/null || status=$$?; \
+	sed -n '/^\*\*Verdict/p' $$out; [ $$status -eq 0 ] || cat $$out; rm -f $$out; exit $$status
 
 check-model: node_modules/.bin/dynalite ## The model checkers (withdrawals on Redis and DynamoDB, the flash sale) for MODEL_RUNS runs each (10000): runs, steps, distinct states, what they found
 	@mkdir -p bin; status=0; \

@@ -49,6 +49,9 @@ const (
 	item          = "soak-phone"
 	// What the server is configured with; the bot goes over botLimit.
 	botLimit = "5/s"
+	// queueShards is the shard count of every queue (the default): each
+	// shard keeps one lease token.
+	queueShards = 1
 )
 
 func main() {
@@ -263,7 +266,7 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 		"HOURGLASS_RATE_PURCHASE_USER="+botLimit, "HOURGLASS_RATE_PURCHASE_SOURCE=off",
 		"HOURGLASS_RATE_WITHDRAWAL_USER=30/m", "HOURGLASS_RATE_WITHDRAWAL_SOURCE=off",
 		// Idempotency keys are kept 24 h; the compensation pass may run often.
-		"HOURGLASS_COMPENSATION_INTERVAL=10s",
+		"HOURGLASS_COMPENSATION_INTERVAL=10s", "HOURGLASS_QUEUE_SHARDS="+strconv.Itoa(queueShards),
 	)
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
@@ -329,6 +332,10 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 				_, user, _ := strings.Cut(res.URL, "?u=")
 				tg.addWithdrawal(user, v.ID)
 			}
+		}
+		if kind == "purchase" && res.Code == 202 {
+			_, user, _ := strings.Cut(res.URL, "?u=")
+			tg.addBuyer(user)
 		}
 	}
 	for _, m := range rep.metrics {
@@ -448,6 +455,9 @@ type targeter struct {
 	mu   sync.Mutex
 	// recent withdrawals, by user, to read back.
 	recent []owned
+	// buyers recently answered 202, to read their purchase back (a buyer
+	// picked by request number may still be waiting for its answer).
+	buyers []string
 }
 
 type owned struct{ user, id string }
@@ -461,6 +471,16 @@ func (t *targeter) addWithdrawal(user, id string) {
 		t.recent = append(t.recent, owned{user, id})
 	} else {
 		t.recent[rand.IntN(len(t.recent))] = owned{user, id}
+	}
+}
+
+func (t *targeter) addBuyer(user string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buyers) < 1000 {
+		t.buyers = append(t.buyers, user)
+	} else {
+		t.buyers[rand.IntN(len(t.buyers))] = user
 	}
 }
 
@@ -480,15 +500,26 @@ func (t *targeter) next(tgt *vegeta.Target) error {
 		tgt.Body = fmt.Appendf(nil, `{"amount":"%d.%02d","currency":"USD","destination":"acct_%d","delay_seconds":%d}`,
 			1+i%500, i%100, i%997, rand.IntN(11))
 	case w < 60:
-		h.Set("X-User-Id", "buyer-"+strconv.FormatInt(i, 10))
-		tgt.Method, tgt.URL = http.MethodPost, t.base+"/v1/seckill/items/"+item+"/purchases"
+		user := "buyer-" + strconv.FormatInt(i, 10)
+		h.Set("X-User-Id", user)
+		tgt.Method, tgt.URL = http.MethodPost, t.base+"/v1/seckill/items/"+item+"/purchases?u="+user
 	case w < 65:
 		h.Set("X-User-Id", "bot")
 		tgt.Method, tgt.URL = http.MethodPost, t.base+"/v1/seckill/items/"+item+"/purchases?bot=1"
 	case w < 75:
 		tgt.Method, tgt.URL = http.MethodGet, t.base+"/v1/seckill/items/"+item
 	case w < 80:
-		h.Set("X-User-Id", "buyer-"+strconv.FormatInt(i-20, 10)) // bought 20 requests ago
+		t.mu.Lock()
+		var user string
+		if len(t.buyers) > 0 {
+			user = t.buyers[rand.IntN(len(t.buyers))]
+		}
+		t.mu.Unlock()
+		if user == "" {
+			tgt.Method, tgt.URL = http.MethodGet, t.base+"/v1/seckill/items/"+item
+			return nil
+		}
+		h.Set("X-User-Id", user)
 		tgt.Method, tgt.URL = http.MethodGet, t.base+"/v1/seckill/items/"+item+"/purchases/me"
 	case w < 90:
 		h.Set("X-User-Id", "wd-user-"+strconv.FormatInt(i%20000, 10))
@@ -700,6 +731,7 @@ func firstMatch(logs []byte, needle string) string {
 // retained are the key shapes that may outlive the run, and why (docs/architecture.md
 // "Abuse resistance" / bench/soak.md repeat this).
 var retained = []struct{ pattern, why string }{
+	{`^hg:\{dq:[a-z]+:N\}:lease$`, "the delay queue's last lease token: one string per queue shard, overwritten by every claim (bounded by the shard count, checked), not per job"},
 	{`^hg:\{dq:withdrawals:N\}:w:\*$`, "withdrawal records: the ledger (system of record), kept"},
 	{`^hg:\{dq:withdrawals:N\}:u:\*:w$`, "each user's withdrawal index (for lists), kept with the ledger"},
 	{`^hg:\{dq:withdrawals:N\}:idem:\*$`, "idempotency records: kept 24 h, then purged by the poller (each is in idem-exp)"},
@@ -752,6 +784,9 @@ func (r *report) judge() {
 		}
 		if !ok {
 			r.fail("keys outlive their jobs: %d of %s (%s)", g.Count, shape, g.Type)
+		}
+		if strings.HasSuffix(shape, ":lease") && (g.Type != "string" || g.Count > queueShards) {
+			r.fail("%d keys of %s (%s): more than one lease token per queue shard", g.Count, shape, g.Type)
 		}
 		if strings.HasPrefix(shape, "hg:rl:") && g.WithTTL != g.Count {
 			r.fail("%d rate-limit keys without TTL", g.Count-g.WithTTL)

@@ -668,7 +668,8 @@ func reportCost(rep *report, pl priceList, ms map[string]*measurement, idleCmdsP
 	rep.add(row{Key: "cost_usd_per_million_eventbridge_scheduler", Figure: "Cost of 1M withdrawals delayed by EventBridge Scheduler (USD)",
 		Value: sched, Note: "one one-time schedule and one consumer invocation (one job) per withdrawal; API, enqueue, DynamoDB and SNS as measured"})
 	rep.add(row{Key: "cost_usd_per_million_stepfunctions_wait", Figure: "Cost of 1M withdrawals delayed by a Step Functions Wait (USD)",
-		Value: sfn, Note: fmt.Sprintf("%d state transitions per execution (into Wait, Wait to Task, Task to end) and one consumer invocation", stepTransitions)})
+		Value: sfn, Note: fmt.Sprintf("%d state transitions per execution (into Wait, Wait to Task, Task to end; counting the start and the end "+
+			"as AWS's pricing examples do, from memory: the two states alone would be a third less) and one consumer invocation", stepTransitions)})
 	rep.add(row{Key: "cost_usd_per_million_purchases", Figure: "Cost of 1M flash-sale purchases, Redis ledger (USD)",
 		Value: cols["purchases_redis"].total(), Note: amort})
 	rep.add(row{Key: "cost_usd_per_million_purchases_dynamo", Figure: "Cost of 1M flash-sale purchases, DynamoDB ledger (USD)",

@@ -39,6 +39,8 @@ type row struct {
 type report struct {
 	rows  []row
 	facts map[string]string
+	// extra are markdown sections printed after the figures.
+	extra []string
 }
 
 func (r *report) add(x row) {
@@ -51,7 +53,7 @@ func met(ok bool) *bool { return &ok }
 func main() {
 	out := flag.String("out", "bench", "directory of results.json and results.md")
 	quick := flag.Bool("quick", false, "smaller runs, for a smoke test (figures are not comparable)")
-	skip := flag.String("skip", "", "comma-separated sections to skip: queue,lag,burst,admit,memory,lambda")
+	skip := flag.String("skip", "", "comma-separated sections to skip: queue,lag,burst,admit,memory,lambda,cost")
 	cpuprofile := flag.String("cpuprofile", "", "write the benchmark's Go CPU profile to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -92,6 +94,7 @@ func main() {
 	}{
 		{"queue", benchQueue}, {"lag", benchLag}, {"burst", benchBurst},
 		{"admit", benchAdmission}, {"memory", benchMemory}, {"lambda", benchLambda},
+		{"cost", benchCost},
 	}
 	start := time.Now()
 	for _, s := range sections {
@@ -196,6 +199,9 @@ func (r *report) markdown() string {
 			}
 			fmt.Fprintf(&b, "- `%s`: %s\n", x.Key, x.Note)
 		}
+	}
+	for _, e := range r.extra {
+		b.WriteString(e)
 	}
 	return b.String()
 }

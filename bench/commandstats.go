@@ -61,9 +61,10 @@ func commandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]cm
 // EVALSHA calls and µs per call, then each data command with its calls per
 // script call and µs per call, and what is left of the script's time: Lua
 // itself (the interpreter, converting arguments and replies, building
-// strings) and the call's overhead. Data commands sent outside the script
-// (the service reads an item's settings about once a second) are counted
-// with those it ran; they are few.
+// strings) and the call's overhead. A command called less than once per
+// hundred script calls is not the script's (the service reads an item's
+// settings about once a second): it is listed by its calls and left out of
+// the script's share.
 func scriptBreakdown(stats map[string]cmdStat) (string, float64) {
 	ev := stats["evalsha"]
 	if ev.calls == 0 {
@@ -82,8 +83,13 @@ func scriptBreakdown(stats map[string]cmdStat) (string, float64) {
 	nested := 0.0
 	for _, name := range names {
 		st := stats[name]
+		per := float64(st.calls) / float64(ev.calls)
+		if per < 0.01 { // not the script's: the service's own reads
+			parts = append(parts, fmt.Sprintf("%s %d calls %.2f µs", name, st.calls, st.perCall()))
+			continue
+		}
 		nested += st.usec
-		parts = append(parts, fmt.Sprintf("%s %.2f× %.2f µs", name, float64(st.calls)/float64(ev.calls), st.perCall()))
+		parts = append(parts, fmt.Sprintf("%s %.2f× %.2f µs", name, per, st.perCall()))
 	}
 	lua := (ev.usec - nested) / float64(ev.calls)
 	return fmt.Sprintf("commandstats: evalsha %d calls %.2f µs each, of which per call: %s; Lua and call overhead %.2f µs",

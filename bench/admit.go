@@ -95,7 +95,7 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 	if err != nil {
 		return err
 	}
-	breakdown, _ := scriptBreakdown(cmds)
+	breakdown := scriptBreakdown(cmds)
 	slices.Sort(lat)
 	st, err := svc.State(ctx, "bench-item")
 	if err != nil {

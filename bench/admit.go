@@ -91,10 +91,11 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 	if err != nil {
 		return err
 	}
-	micros, err := scriptMicros(ctx, rdb)
+	cmds, err := commandStats(ctx, rdb)
 	if err != nil {
 		return err
 	}
+	breakdown := scriptBreakdown(cmds)
 	slices.Sort(lat)
 	st, err := svc.State(ctx, "bench-item")
 	if err != nil {
@@ -107,9 +108,10 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 	oversold := st.StockLeft < 0 || stats["bench-item"].Admitted != int64(users)-refused.Load() ||
 		stats["bench-item"].StockLeft != refused.Load()
 	note := fmt.Sprintf("%d users, %d clients: p50 %.2f ms, p99 %.2f ms; refused %d; stock left %d (never negative: %v); "+
-		"clients on one OS thread; the script ran %.1f µs per call; redis-server was busy %.0f%% of one core",
+		"clients on one OS thread; the script ran %.1f µs per call; redis-server was busy %.0f%% of one core, "+
+		"%.1f µs of its CPU per admission (network, parsing and the script; %s); %s",
 		users, clients, percentile(lat, 50), percentile(lat, 99), refused.Load(), st.StockLeft, !oversold,
-		micros, 100*(cpu1-cpu0)/elapsed)
+		cmds["evalsha"].perCall(), 100*(cpu1-cpu0)/elapsed, 1e6*(cpu1-cpu0)/float64(users), rep.facts["cpu"], breakdown)
 	rep.add(row{Key: "admit_per_s", Figure: "flash-sale admissions, 50 clients (admissions/s)", Value: rate,
 		Baseline: "redis-benchmark EVALSHA of `return 1`, 50 clients (calls/s)", Base: evalsha,
 		Target: "≥ 0.60 of the baseline, zero oversell", Met: met(rate/evalsha >= 0.6 && !oversold && refused.Load() == 0), Note: note})

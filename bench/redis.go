@@ -76,24 +76,3 @@ func serverCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) 
 	}
 	return total, nil
 }
-
-// scriptMicros is the mean time Redis spent running scripts per EVALSHA
-// since the last CONFIG RESETSTAT, from INFO commandstats.
-func scriptMicros(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				return strconv.ParseFloat(v, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("INFO commandstats: no evalsha")
-}

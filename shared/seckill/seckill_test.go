@@ -258,6 +258,41 @@ func TestBacklogLimit(t *testing.T) {
 	})
 }
 
+// The admit script proves room by the order queue's size alone while it is
+// below the backlog limit; at or above it, only the jobs due now may refuse
+// a buyer: jobs due later (payment expiries) never do.
+func TestBacklogCountsOnlyJobsDueNow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b.Client, seckill.Config{Backlog: 2})
+		e.preheat(t, "phone", 10, 1, 1)
+		q, err := e.store.Queue("phone", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := q.Add(ctx, 0, fmt.Sprintf("ex|later-%d", i), e.clock.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.buy("phone", "u1", 1); err != nil {
+			t.Fatalf("three jobs due later, none due now: %v", err)
+		}
+		if err := q.Add(ctx, 0, "ex|now", e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.buy("phone", "u2", 1); !errors.Is(err, seckill.ErrBacklogFull) {
+			t.Fatalf("two jobs due now, limit 2: %v", err)
+		}
+		if st := e.stats(t, "phone"); st.StockLeft != 9 || st.Admitted != 1 {
+			t.Fatalf("a refused purchase took stock: %+v", st)
+		}
+		if _, err := e.buy("phone", "u1", 1); !errors.Is(err, seckill.ErrAlreadyPurchased) {
+			t.Fatalf("u1 again, backlog full: %v", err)
+		}
+	})
+}
+
 func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()

@@ -280,16 +280,16 @@ func (a attempt) job() orderJob { return orderJob{pid: a.pid, qty: a.qty, home: 
 func (s *Store) admit(ctx context.Context, a attempt) (admission, error) {
 	k := s.keys(a.item, a.home)
 	// The caller's settings decide whether the four-command path may be
-	// tried; the script checks them again on any other path.
+	// tried; on any other path the script reads them from the meta of the
+	// item's version.
 	fast := "0"
 	if !a.now.Before(a.starts) && a.now.Before(a.ends) && a.qty <= a.limit {
 		fast = "1"
 	}
-	qty, home := strconv.Itoa(a.qty), strconv.Itoa(a.home)
+	qty, job := strconv.Itoa(a.qty), a.job().String()
 	res, err := admitScript.Run(ctx, s.rdb, k.admit,
-		a.user, qty, a.now.UnixMilli(), a.pid, leftField(a.version), a.backlog, a.holdUntil.UnixMilli(), home,
-		a.starts.UnixMilli(), a.ends.UnixMilli(), a.limit, a.shards, fast, a.job().String(),
-		qty+"|"+a.pid+"@"+home+":"+qty).Result()
+		a.user, a.now.UnixMilli(), leftField(a.version), "-"+qty, a.backlog, job,
+		qty+"|"+a.pid+"@"+strconv.Itoa(a.home)+":"+qty, fast, a.holdUntil.UnixMilli()).Result()
 	if err != nil {
 		return admission{}, fmt.Errorf("seckill: admit on %s: %w", k.Tag, err)
 	}

@@ -4,42 +4,48 @@
 --
 -- Every command counts here (Redis's one core is the limit of a flash sale),
 -- so the script reads only what changes and writes only what it must:
---   * the item's settings (window, limit) come from the caller's copy of
---     them, tied to the item's version; the stock left is kept in the field
---     "left:<version>", so a copy of another version finds no stock under its
---     field, and is refused with code 1 (nothing done) when the script looks
---     closer; the caller then reads the settings again;
+--   * on the common path the item's settings (window, limit) are the
+--     caller's copy of them, tied to the item's version: the stock left is
+--     kept in the field "left:<version>", so a copy of another version finds
+--     no stock under its field, and is refused with code 1 (nothing done)
+--     when the script looks closer; the caller then reads the settings
+--     again;
 --   * a purchase made on its buyer's home shard has no record while it is
 --     reserved: the buyer's entry lists it with its quantity and its order
 --     job names it ("<pid>|<quantity>|<home>|<user>"); settling it writes
 --     its record (see settle_order.lua);
 --   * the common case, a buyer's first purchase inside the window with stock
---     and room in the backlog (ARGV[13] = "1" when the caller's settings say
---     so), is four commands: ZCOUNT, HINCRBY, HSETNX, ZADD. Anything else undoes
---     the HINCRBY and takes the general path.
+--     and room in the backlog (ARGV[8] = "1" when the caller's settings say
+--     so), is four commands: ZCARD, HINCRBY, HSETNX, ZADD. Anything else undoes
+--     the HINCRBY and takes the general path, which reads the settings of
+--     the item's version from its meta;
+--   * ZCARD counts every job of the order queue, due or not: below the
+--     backlog limit it proves room in O(1); only at or above it (a backlog
+--     near full, or many payment-expiry jobs due later) are the jobs due now
+--     counted (ZCOUNT), so future jobs never refuse a buyer;
+--   * what the common path needs comes ready-made in ARGV (the decrement,
+--     the order job, the buyer's entry): every argument is a Lua string
+--     made for each call and every string built in Lua is one more, so the
+--     script gets few and builds none there.
 --
--- KEYS[1] -> item shard meta (hash: version, left:<version>, ...)
+-- KEYS[1] -> item shard meta (hash: version, left:<version>, starts, ends,
+--            limit, shards, ...)
 -- KEYS[2] -> buyers (hash: user -> "<total>|<pid>@<shard>:<quantity>[!],...";
 --            the shard is "-" while held)
 -- KEYS[3] -> holds (sorted set: "<pid>|<quantity>|<user>" by deadline)
 -- KEYS[4] -> order queue due set
 -- ARGV[1] -> user id
--- ARGV[2] -> quantity
--- ARGV[3] -> now, unix ms
--- ARGV[4] -> purchase id for this attempt
--- ARGV[5] -> the stock field of the version the settings below belong to
--- ARGV[6] -> order backlog limit of the shard (jobs due and waiting: the
+-- ARGV[2] -> now, unix ms
+-- ARGV[3] -> the stock field of the version the caller's settings belong to
+-- ARGV[4] -> the quantity, negated: the stock's decrement ("-1")
+-- ARGV[5] -> order backlog limit of the shard (jobs due and waiting: the
 --            expiry jobs of orders awaiting payment, due later, do not count)
--- ARGV[7] -> hold deadline, unix ms (used when this shard has no stock)
--- ARGV[8] -> this shard's number
--- ARGV[9] -> sale start, unix ms
--- ARGV[10] -> sale end, unix ms
--- ARGV[11] -> per-user limit
--- ARGV[12] -> shard count
--- ARGV[13] -> "1" when, under these settings, the attempt is inside the window
---             and within the per-user limit
--- ARGV[14] -> the order job ("<pid>|<quantity>|<shard>|<user>")
--- ARGV[15] -> the buyer's entry after a first purchase
+-- ARGV[6] -> the order job ("<pid>|<quantity>|<shard>|<user>"; the general
+--            path reads the purchase id and this shard's number from it)
+-- ARGV[7] -> the buyer's entry after a first purchase
+-- ARGV[8] -> "1" when, under the caller's settings, the attempt is inside
+--            the window and within the per-user limit
+-- ARGV[9] -> hold deadline, unix ms (used when this shard has no stock)
 --
 -- Returns the stock left (an integer) when admitted on the common path, else
 -- {code, version, extra}: 0 unknown item; 1 the item has another version
@@ -50,41 +56,48 @@
 -- limit and the caller may take stock from another shard; 10 quantity above the per-user limit
 -- (extra: the limit). A repeated attempt with the same purchase id answers as
 -- the first did.
-local qty = tonumber(ARGV[2])
-if ARGV[13] == '1' and redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[3]) < tonumber(ARGV[6]) then
-  local left = redis.call('HINCRBY', KEYS[1], ARGV[5], -qty)
-  if left >= 0 and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[15]) == 1 then
-    redis.call('ZADD', KEYS[4], ARGV[3], ARGV[14])
-    return left
+local field, backlog = ARGV[3], tonumber(ARGV[5])
+-- Whether the backlog has room; nil until counted.
+local room
+if ARGV[8] == '1' then
+  room = redis.call('ZCARD', KEYS[4]) < backlog or redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[2]) < backlog
+  if room then
+    local left = redis.call('HINCRBY', KEYS[1], field, ARGV[4])
+    if left >= 0 and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[7]) == 1 then
+      redis.call('ZADD', KEYS[4], ARGV[2], ARGV[6])
+      return left
+    end
+    redis.call('HINCRBY', KEYS[1], field, -tonumber(ARGV[4]))
   end
-  redis.call('HINCRBY', KEYS[1], ARGV[5], qty)
 end
 
-local meta = redis.call('HMGET', KEYS[1], 'version', ARGV[5])
+local meta = redis.call('HMGET', KEYS[1], 'version', field, 'starts', 'ends', 'limit', 'shards')
 local version = meta[1]
-if not version or 'left:' .. version ~= ARGV[5] then
+if not version or 'left:' .. version ~= field then
   -- The undone HINCRBY above may have left the field of a version that is
   -- not (or no longer) the item's: drop it (and the hash, if it was all).
-  redis.call('HDEL', KEYS[1], ARGV[5])
+  redis.call('HDEL', KEYS[1], field)
   if not version then
     return {0, '0'}
   end
   return {1, version}
 end
-local now = tonumber(ARGV[3])
-if now < tonumber(ARGV[9]) then
-  return {2, version, ARGV[9]}
+-- The item is at the caller's version: its settings are the caller's.
+local now = tonumber(ARGV[2])
+if now < tonumber(meta[3]) then
+  return {2, version, meta[3]}
 end
-if now >= tonumber(ARGV[10]) then
+if now >= tonumber(meta[4]) then
   return {3, version}
 end
-local limit = tonumber(ARGV[11])
+local limit = tonumber(meta[5])
+local qty = -tonumber(ARGV[4])
 if qty > limit then
-  return {10, version, ARGV[11]}
+  return {10, version, meta[5]}
 end
 
 local user = ARGV[1]
-local pid = ARGV[4]
+local pid, shard = string.match(ARGV[6], '^([^|]*)|%d+|(%d+)|')
 local left = tonumber(meta[2])
 local bought = 0
 local list = ''
@@ -103,7 +116,10 @@ end
 if bought + qty > limit then
   return {4, version}
 end
-if redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[3]) >= tonumber(ARGV[6]) then
+if room == nil then
+  room = redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[2]) < backlog
+end
+if not room then
   return {5, version}
 end
 
@@ -111,14 +127,14 @@ if list ~= '' then
   list = list .. ','
 end
 if left >= qty then
-  redis.call('HINCRBY', KEYS[1], ARGV[5], -qty)
-  redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@' .. ARGV[8] .. ':' .. qty)
-  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[14])
+  redis.call('HINCRBY', KEYS[1], field, -qty)
+  redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@' .. shard .. ':' .. qty)
+  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[6])
   return {6, version, left - qty}
 end
-if ARGV[12] == '1' then
+if meta[6] == '1' then
   return {7, version, left}
 end
 redis.call('HSET', KEYS[2], user, (bought + qty) .. '|' .. list .. pid .. '@-:' .. qty)
-redis.call('ZADD', KEYS[3], ARGV[7], pid .. '|' .. qty .. '|' .. user)
+redis.call('ZADD', KEYS[3], ARGV[9], pid .. '|' .. qty .. '|' .. user)
 return {8, version, left}

@@ -13,8 +13,17 @@ import (
 //
 //	<tag>:w:<id>          hash: the withdrawal record
 //	<tag>:u:<user>:w      sorted set: the user's withdrawal ids (lex order)
-//	<tag>:idem:<digest>   hash: an idempotency record (digest of user and key)
-//	<tag>:idem-exp        sorted set: idempotency record names by expiry
+//	<tag>:idem            hash: the idempotency entries, field the digest of
+//	                      user and key, value "<state p|d>|<fingerprint, 32
+//	                      characters>|<id>|<lock deadline while pending, due
+//	                      time of the first answer once done>|<expiry>"
+//	                      (times unix ms); the first answer is rebuilt from
+//	                      the record rather than kept (see Redis.Reserve)
+//	<tag>:idem-purge      string: where the purge of <tag>:idem stands (an
+//	                      HSCAN cursor)
+//	<tag>:idem:<digest>   hash: an idempotency record of the first layout
+//	<tag>:idem-exp        sorted set: the first layout's record names by
+//	                      expiry; both are read and purged, never written
 //	<tag>:open            sorted set: withdrawals not done with (not final,
 //	                      or final and finance not told), by when to look at
 //	                      them again: due time, attempt deadline, or outcome
@@ -24,14 +33,38 @@ func recordKey(k delayq.Keys, id string) string { return k.Key("w", id) }
 
 func userIndexKey(k delayq.Keys, userID string) string { return k.Key("u", userID, "w") }
 
-func idemKey(k delayq.Keys, userID, key string) string {
+// idemDigest names a user's idempotency key: its field in idemSetKey (and
+// the name of its record in the first layout, idemKey).
+func idemDigest(userID, key string) string {
 	h := sha256.New()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(userID)))
 	h.Write(n[:]) // the length keeps ("ab","c") and ("a","bc") apart
 	h.Write([]byte(userID))
 	h.Write([]byte(key))
-	return k.Key("idem", hex.EncodeToString(h.Sum(nil)[:16]))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// idemSetKey holds the shard's idempotency entries: one hash rather than a
+// key per entry, and no expiry index (the entries carry their expiry), is
+// most of what a withdrawal costs in memory.
+func idemSetKey(k delayq.Keys) string { return k.Key("idem") }
+
+func idemPurgeKey(k delayq.Keys) string { return k.Key("idem-purge") }
+
+// idemKey is a key's record in the first layout.
+func idemKey(k delayq.Keys, digest string) string { return k.Key("idem", digest) }
+
+// fingerprintKept is how much of a request's fingerprint (a SHA-256 in hex)
+// an idempotency record keeps: 128 bits tell two bodies apart as surely, in
+// half the bytes.
+const fingerprintKept = 32
+
+func keptFingerprint(fp string) string {
+	if len(fp) > fingerprintKept {
+		return fp[:fingerprintKept]
+	}
+	return fp
 }
 
 func idemExpiryKey(k delayq.Keys) string { return k.Key("idem-exp") }

@@ -182,8 +182,15 @@ func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdra
 		fieldDest, w.Destination,
 		"due", w.DueAt.UnixMilli(),
 		fieldCreated, w.CreatedAt.UnixMilli(),
-		"updated", w.UpdatedAt.UnixMilli(),
-		"attempts", w.Attempts,
+	}
+	// A new record's update time is its creation's and it has no attempts
+	// yet: left out (a record read without them says so), the record keeps
+	// to a smaller allocation.
+	if !w.UpdatedAt.Equal(w.CreatedAt) {
+		args = append(args, "updated", w.UpdatedAt.UnixMilli())
+	}
+	if w.Attempts != 0 {
+		args = append(args, "attempts", w.Attempts)
 	}
 	if w.RequestID != "" {
 		args = append(args, fieldRequestID, w.RequestID)
@@ -667,6 +674,9 @@ func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdra
 			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: %s %q: %w", w.ID, t.field, v, err)
 		}
 		*t.dst = time.UnixMilli(ms).UTC()
+	}
+	if _, ok := f["updated"]; !ok {
+		w.UpdatedAt = w.CreatedAt // not written until the first change
 	}
 	if v := f["rev"]; v != "" {
 		if w.Revision, err = strconv.ParseInt(v, 10, 64); err != nil {

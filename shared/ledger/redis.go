@@ -117,7 +117,7 @@ func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdraw
 	fp := keptFingerprint(r.Fingerprint)
 	res, err := reserveScript.Run(ctx, l.rdb,
 		[]string{idemSetKey(k), idemKey(k, digest), idemExpiryKey(k)},
-		fp, r.ID, r.Now.UnixMilli(), r.LockUntil.UnixMilli(), r.ExpiresAt.UnixMilli(), digest).Slice()
+		fp, r.ID, r.Now.UnixMilli(), r.LockUntil.UnixMilli(), base36(r.ExpiresAt), digest, base36(r.LockUntil)).Slice()
 	if err != nil {
 		return withdrawal.KeyState{}, fmt.Errorf("ledger: reserve idempotency key: %w", err)
 	}
@@ -138,7 +138,7 @@ func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdraw
 		st.Response = []byte(resp) // kept by the first layout
 		return st, nil
 	}
-	dueMS, err := strconv.ParseInt(fmt.Sprint(res[4]), 10, 64)
+	dueMS, err := strconv.ParseInt(fmt.Sprint(res[4]), 36, 64)
 	if err != nil {
 		return withdrawal.KeyState{}, fmt.Errorf("ledger: idempotency record of %s: due time %v: %w", st.ID, res[4], err)
 	}
@@ -174,7 +174,7 @@ func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdra
 		return err
 	}
 	digest := idemDigest(key.UserID, key.Key)
-	args := []any{w.ID, w.DueAt.UnixMilli(), digest,
+	args := []any{w.ID, w.DueAt.UnixMilli(), digest, base36(w.DueAt),
 		"user", w.UserID,
 		"status", string(w.Status),
 		fieldAmount, w.Amount.String(),
@@ -492,6 +492,9 @@ func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (wi
 	}
 	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
 }
+
+// base36 is t in unix ms, base 36: how the idempotency entries keep times.
+func base36(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36) }
 
 func flag(b bool) string {
 	if b {

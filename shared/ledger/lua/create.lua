@@ -15,7 +15,8 @@
 -- ARGV[1] -> withdrawal id
 -- ARGV[2] -> due time, unix ms
 -- ARGV[3] -> the idempotency key's digest (its field in KEYS[4])
--- ARGV[4..] -> record field, value, field, value, ...
+-- ARGV[4] -> ARGV[2] in base 36
+-- ARGV[5..] -> record field, value, field, value, ...
 --
 -- Returns 1 when created, 0 when the record exists, -1 when the reservation is
 -- no longer held for this id.
@@ -35,13 +36,21 @@ else
   if old[1] ~= 'pending' or old[2] ~= ARGV[1] then
     return -1
   end
-  fp = string.sub(old[3], 1, 32)
-  expires = redis.call('ZSCORE', KEYS[7], KEYS[6]) or ARGV[2]
+  fp = string.sub(old[3], 1, 24)
+  -- (reserve always listed it; were it not, it would expire at the due time)
+  local e = math.floor(tonumber(redis.call('ZSCORE', KEYS[7], KEYS[6]) or ARGV[2]))
+  local digits = '0123456789abcdefghijklmnopqrstuvwxyz'
+  expires = ''
+  repeat
+    local d = e % 36
+    expires = string.sub(digits, d + 1, d + 1) .. expires
+    e = (e - d) / 36
+  until e == 0
   redis.call('DEL', KEYS[6])
   redis.call('ZREM', KEYS[7], KEYS[6])
 end
-redis.call('HSET', KEYS[4], ARGV[3], table.concat({'d', fp, ARGV[1], ARGV[2], expires}, '|'))
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[4], ARGV[3], table.concat({'d', fp, ARGV[1], ARGV[4], expires}, '|'))
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])

@@ -16,8 +16,8 @@ local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', ARGV[2])
 local removed = 0
 local entries = page[2]
 for i = 1, #entries, 2 do
-  local expires = string.match(entries[i + 1], '|(%d+)$')
-  if expires and tonumber(expires) <= now then
+  local expires = string.match(entries[i + 1], '|(%w+)$')
+  if expires and tonumber(expires, 36) <= now then
     removed = removed + redis.call('HDEL', KEYS[1], entries[i])
   end
 end

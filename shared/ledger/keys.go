@@ -55,7 +55,9 @@ func idemSetKey(k delayq.Keys) string { return k.Key("idem") }
 func idemPurgeKey(k delayq.Keys) string { return k.Key("idem-purge") }
 
 // idemKey is a key's record in the first layout.
-func idemKey(k delayq.Keys, digest string) string { return k.Key("idem", hex.EncodeToString([]byte(digest))) }
+func idemKey(k delayq.Keys, digest string) string {
+	return k.Key("idem", hex.EncodeToString([]byte(digest)))
+}
 
 // fingerprintKept is how much of a request's fingerprint (a SHA-256 in hex)
 // an idempotency entry keeps (reserve.lua and create.lua cut the first

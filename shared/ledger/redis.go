@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -175,13 +176,15 @@ func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdra
 	}
 	digest := idemDigest(key.UserID, key.Key)
 	args := []any{w.ID, w.DueAt.UnixMilli(), digest, base36(w.DueAt),
-		"user", w.UserID,
+		fieldUser, w.UserID,
 		"status", string(w.Status),
 		fieldAmount, w.Amount.String(),
 		fieldCurrency, w.Currency,
 		fieldDest, w.Destination,
 		"due", w.DueAt.UnixMilli(),
-		fieldCreated, w.CreatedAt.UnixMilli(),
+	}
+	if t, ok := idTime(w.ID); !ok || t.UnixMilli() != w.CreatedAt.UnixMilli() {
+		args = append(args, fieldCreated, w.CreatedAt.UnixMilli())
 	}
 	// A new record's update time is its creation's and it has no attempts
 	// yet: left out (a record read without them says so), the record keeps
@@ -219,7 +222,7 @@ func (l *Redis) Get(ctx context.Context, userID, id string) (withdrawal.Withdraw
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: get %s: %w", id, err)
 	}
-	if len(fields) == 0 || fields["user"] != userID {
+	if len(fields) == 0 || field(fields, fieldUser, "user") != userID {
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 	}
 	return decodeRecord(shard, id, fields)
@@ -619,12 +622,24 @@ func decodeReply(shard int, id string, res []any) (int64, withdrawal.Withdrawal,
 // key's: a short record stays a small listpack. A record of the first
 // layout (written before) has the long names, read as a fallback.
 const (
+	fieldUser      = "u" // first layout: user (cancel.lua and reschedule.lua read it too)
 	fieldAmount    = "a" // first layout: amount
 	fieldCurrency  = "c" // currency
 	fieldDest      = "d" // dest
-	fieldCreated   = "t" // created
+	fieldCreated   = "t" // created; left out when the id's ULID tells it
 	fieldRequestID = "r" // request_id
 )
+
+// idTime is the creation time a withdrawal id tells: its ULID's (ids are
+// "wd_" and a ULID of their creation, withdrawal.NewID).
+func idTime(id string) (time.Time, bool) {
+	i := strings.LastIndexByte(id, '_')
+	u, err := ulid.ParseStrict(id[i+1:])
+	if err != nil {
+		return time.Time{}, false
+	}
+	return ulid.Time(u.Time()).UTC(), true
+}
 
 // field is f's value of name, or of the first layout's name for it.
 func field(f map[string]string, name, first string) string {
@@ -637,7 +652,7 @@ func field(f map[string]string, name, first string) string {
 func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdrawal, error) {
 	w := withdrawal.Withdrawal{
 		ID:          id,
-		UserID:      f["user"],
+		UserID:      field(f, fieldUser, "user"),
 		Shard:       shard,
 		Status:      withdrawal.Status(f["status"]),
 		Currency:    field(f, fieldCurrency, "currency"),
@@ -677,6 +692,9 @@ func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdra
 			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: %s %q: %w", w.ID, t.field, v, err)
 		}
 		*t.dst = time.UnixMilli(ms).UTC()
+	}
+	if _, ok := f[fieldCreated]; !ok && f["created"] == "" {
+		w.CreatedAt, _ = idTime(id) // written only when the id does not tell it
 	}
 	if _, ok := f["updated"]; !ok {
 		w.UpdatedAt = w.CreatedAt // not written until the first change

@@ -86,6 +86,18 @@ func TestFirstLayoutIsRead(t *testing.T) {
 			t.Fatalf("another body under a first-layout key: %+v", st)
 		}
 
+		// Its owner still moves and cancels it (the scripts read "user").
+		if _, err := l.Reschedule(ctx, withdrawal.Reschedule{UserID: user, ID: id, DueAt: t0.Add(2 * time.Hour),
+			Now: t0.Add(time.Minute), By: withdrawal.ByUser}); err != nil {
+			t.Fatalf("reschedule of a first-layout record: %v", err)
+		}
+		if got, err := l.Cancel(ctx, user, id, t0.Add(time.Minute)); err != nil || got.Status != withdrawal.Cancelled {
+			t.Fatalf("cancel of a first-layout record: %+v %v", got, err)
+		}
+		if _, err := l.Cancel(ctx, "mallory", id, t0.Add(time.Minute)); err == nil {
+			t.Fatal("someone else cancels a first-layout record")
+		}
+
 		// A reservation made before the upgrade is completed after it, and
 		// replayed in the new layout.
 		pending := firstLayoutIdem(k, user, "pending-key")

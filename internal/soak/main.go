@@ -414,6 +414,26 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 		return rep, err
 	}
 	for shape := range rep.keysAfter {
+		if strings.HasSuffix(shape, ":idem") {
+			// The idempotency entries carry their expiry (the value's last
+			// part, unix ms in base 36): the latest is checked as the first
+			// layout's expiry index was.
+			iter := rdb.Scan(ctx, 0, "*:idem", 100).Iterator()
+			for iter.Next(ctx) {
+				entries := rdb.HScan(ctx, iter.Val(), 0, "", 1000).Iterator()
+				for i := 0; entries.Next(ctx); i++ {
+					if i%2 == 0 {
+						continue
+					}
+					v := entries.Val()
+					if ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, '|')+1:], 36, 64); err == nil {
+						if at := time.UnixMilli(ms).UTC(); at.After(rep.idemLatest) {
+							rep.idemLatest = at
+						}
+					}
+				}
+			}
+		}
 		if strings.HasSuffix(shape, ":idem-exp") {
 			iter := rdb.Scan(ctx, 0, "*:idem-exp", 100).Iterator()
 			for iter.Next(ctx) {
@@ -734,7 +754,9 @@ var retained = []struct{ pattern, why string }{
 	{`^hg:\{dq:[a-z]+:N\}:lease$`, "the delay queue's last lease token: one string per queue shard, overwritten by every claim (bounded by the shard count, checked), not per job"},
 	{`^hg:\{dq:withdrawals:N\}:w:\*$`, "withdrawal records: the ledger (system of record), kept"},
 	{`^hg:\{dq:withdrawals:N\}:u:\*:w$`, "each user's withdrawal index (for lists), kept with the ledger"},
-	{`^hg:\{dq:withdrawals:N\}:idem:\*$`, "idempotency records: kept 24 h, then purged by the poller (each is in idem-exp)"},
+	{`^hg:\{dq:withdrawals:N\}:idem$`, "idempotency entries, one hash a shard: each kept 24 h (its expiry in its value, checked: none beyond 24 h), then purged by the poller's pass over the hash"},
+	{`^hg:\{dq:withdrawals:N\}:idem-purge$`, "where the purge's pass over the idempotency entries stands: one short string a shard"},
+	{`^hg:\{dq:withdrawals:N\}:idem:\*$`, "idempotency records of the first layout: kept 24 h, then purged by the poller (each is in idem-exp)"},
 	{`^hg:\{dq:withdrawals:N\}:idem-exp$`, "expiry index of the idempotency records (checked: one entry each, none beyond 24 h)"},
 	{`^hg:\{dq:sk:`, "flash-sale item state, buyers and purchases: the sale's ledger until the next preheat"},
 	{`^hg:seckill:`, "flash-sale registry"},

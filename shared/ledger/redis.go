@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -38,6 +39,8 @@ var (
 	notifiedSrc string
 	//go:embed lua/purge_keys.lua
 	purgeKeysSrc string
+	//go:embed lua/purge_idem.lua
+	purgeIdemSrc string
 	//go:embed lua/send.lua
 	sendSrc string
 	//go:embed lua/resolve.lua
@@ -56,6 +59,7 @@ var (
 	retryScript      = redis.NewScript(retrySrc)
 	notifiedScript   = redis.NewScript(notifiedSrc)
 	purgeKeysScript  = redis.NewScript(purgeKeysSrc)
+	purgeIdemScript  = redis.NewScript(purgeIdemSrc)
 	sendScript       = redis.NewScript(sendSrc)
 	resolveScript    = redis.NewScript(resolveSrc)
 	applyScript      = redis.NewScript(applySrc)
@@ -100,28 +104,51 @@ func (l *Redis) shardKeys(shard int) (delayq.Keys, error) {
 	return l.q.Keys(shard), nil
 }
 
-// Reserve implements withdrawal.Ledger.
+// Reserve implements withdrawal.Ledger. A completed key's record keeps no
+// response body: the first answer is the withdrawal as it was created, read
+// back from its record with the due time the key kept (a reschedule or a
+// retry moves the record's), so a replay answers byte for byte what the
+// first request got, whatever happened to the withdrawal since.
 func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdrawal.KeyState, error) {
 	k, err := l.shardKeys(r.Key.Shard)
 	if err != nil {
 		return withdrawal.KeyState{}, err
 	}
+	digest := idemDigest(r.Key.UserID, r.Key.Key)
+	fp := keptFingerprint(r.Fingerprint)
 	res, err := reserveScript.Run(ctx, l.rdb,
-		[]string{idemKey(k, r.Key.UserID, r.Key.Key), idemExpiryKey(k)},
-		r.Fingerprint, r.ID, r.Now.UnixMilli(), r.LockUntil.UnixMilli(), r.ExpiresAt.UnixMilli(),
-		r.Key.UserID, r.Key.Key).Slice()
+		[]string{idemSetKey(k), idemKey(k, digest), idemExpiryKey(k)},
+		fp, r.ID, r.Now.UnixMilli(), r.LockUntil.UnixMilli(), base36(r.ExpiresAt), digest, base36(r.LockUntil)).Slice()
 	if err != nil {
 		return withdrawal.KeyState{}, fmt.Errorf("ledger: reserve idempotency key: %w", err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return withdrawal.KeyState{}, fmt.Errorf("ledger: reserve: unexpected reply %v", res)
 	}
 	phase, _ := res[0].(int64)
 	st := withdrawal.KeyState{Phase: withdrawal.KeyPhase(phase)}
 	st.Fingerprint, _ = res[1].(string)
+	if st.Fingerprint == fp {
+		st.Fingerprint = r.Fingerprint // the part kept is the request's
+	}
 	st.ID, _ = res[2].(string)
+	if st.Phase != withdrawal.KeyCompleted {
+		return st, nil
+	}
 	if resp, _ := res[3].(string); resp != "" {
-		st.Response = []byte(resp)
+		st.Response = []byte(resp) // kept by the first layout
+		return st, nil
+	}
+	dueMS, err := strconv.ParseInt(fmt.Sprint(res[4]), 36, 64)
+	if err != nil {
+		return withdrawal.KeyState{}, fmt.Errorf("ledger: idempotency record of %s: due time %v: %w", st.ID, res[4], err)
+	}
+	w, err := l.Get(ctx, r.Key.UserID, st.ID)
+	if err != nil {
+		return withdrawal.KeyState{}, fmt.Errorf("ledger: first answer of %s: %w", st.ID, err)
+	}
+	if st.Response, err = withdrawal.CreatedBody(w.AsCreated(time.UnixMilli(dueMS).UTC())); err != nil {
+		return withdrawal.KeyState{}, err
 	}
 	return st, nil
 }
@@ -132,36 +159,48 @@ func (l *Redis) Release(ctx context.Context, key withdrawal.IdemKey, id string) 
 	if err != nil {
 		return err
 	}
-	err = releaseScript.Run(ctx, l.rdb, []string{idemKey(k, key.UserID, key.Key), idemExpiryKey(k)}, id).Err()
+	digest := idemDigest(key.UserID, key.Key)
+	err = releaseScript.Run(ctx, l.rdb, []string{idemSetKey(k), idemKey(k, digest), idemExpiryKey(k)}, id, digest).Err()
 	if err != nil {
 		return fmt.Errorf("ledger: release idempotency key: %w", err)
 	}
 	return nil
 }
 
-// Create implements withdrawal.Ledger.
-func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdrawal.IdemKey, response []byte) error {
+// Create implements withdrawal.Ledger. The response is not kept: it is
+// w's view (withdrawal.CreatedBody), which Reserve rebuilds from the record.
+func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdrawal.IdemKey, _ []byte) error {
 	k, err := l.shardKeys(w.Shard)
 	if err != nil {
 		return err
 	}
-	args := []any{w.ID, w.DueAt.UnixMilli(), response,
-		"id", w.ID,
-		"user", w.UserID,
+	digest := idemDigest(key.UserID, key.Key)
+	args := []any{w.ID, w.DueAt.UnixMilli(), digest, base36(w.DueAt),
+		fieldUser, w.UserID,
 		"status", string(w.Status),
-		"amount", w.Amount.String(),
-		"currency", w.Currency,
-		"dest", w.Destination,
+		fieldAmount, w.Amount.String(),
+		fieldCurrency, w.Currency,
+		fieldDest, w.Destination,
 		"due", w.DueAt.UnixMilli(),
-		"created", w.CreatedAt.UnixMilli(),
-		"updated", w.UpdatedAt.UnixMilli(),
-		"attempts", w.Attempts,
+	}
+	if t, ok := idTime(w.ID); !ok || t.UnixMilli() != w.CreatedAt.UnixMilli() {
+		args = append(args, fieldCreated, w.CreatedAt.UnixMilli())
+	}
+	// A new record's update time is its creation's and it has no attempts
+	// yet: left out (a record read without them says so), the record keeps
+	// to a smaller allocation.
+	if !w.UpdatedAt.Equal(w.CreatedAt) {
+		args = append(args, "updated", w.UpdatedAt.UnixMilli())
+	}
+	if w.Attempts != 0 {
+		args = append(args, "attempts", w.Attempts)
 	}
 	if w.RequestID != "" {
-		args = append(args, "request_id", w.RequestID)
+		args = append(args, fieldRequestID, w.RequestID)
 	}
 	code, err := createScript.Run(ctx, l.rdb, []string{
-		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemKey(k, key.UserID, key.Key), openKey(k),
+		recordKey(k, w.ID), userIndexKey(k, w.UserID), k.Due, idemSetKey(k), openKey(k),
+		idemKey(k, digest), idemExpiryKey(k),
 	}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("ledger: create %s: %w", w.ID, err)
@@ -183,10 +222,10 @@ func (l *Redis) Get(ctx context.Context, userID, id string) (withdrawal.Withdraw
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: get %s: %w", id, err)
 	}
-	if len(fields) == 0 || fields["user"] != userID {
+	if len(fields) == 0 || field(fields, fieldUser, "user") != userID {
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 	}
-	return decodeRecord(shard, fields)
+	return decodeRecord(shard, id, fields)
 }
 
 // List implements withdrawal.Ledger.
@@ -224,11 +263,11 @@ func (l *Redis) records(ctx context.Context, n int, ids []string) ([]withdrawal.
 		return nil, fmt.Errorf("ledger: read withdrawals of %s: %w", k.Tag, err)
 	}
 	out := make([]withdrawal.Withdrawal, 0, len(ids))
-	for _, c := range cmds {
+	for i, c := range cmds {
 		if len(c.Val()) == 0 {
 			continue
 		}
-		w, err := decodeRecord(n, c.Val())
+		w, err := decodeRecord(n, ids[i], c.Val())
 		if err != nil {
 			return nil, err
 		}
@@ -246,7 +285,7 @@ func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (w
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
 	}
-	code, w, err := decodeReply(shard, res)
+	code, w, err := decodeReply(shard, id, res)
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
 	}
@@ -274,7 +313,7 @@ func (l *Redis) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdr
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
 	}
-	code, w, err := decodeReply(shard, res)
+	code, w, err := decodeReply(shard, r.ID, res)
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
 	}
@@ -319,7 +358,7 @@ func (l *Redis) Find(ctx context.Context, id string) (withdrawal.Withdrawal, err
 	}
 	for n, c := range cmds {
 		if len(c.Val()) > 0 {
-			return decodeRecord(n, c.Val())
+			return decodeRecord(n, id, c.Val())
 		}
 	}
 	return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
@@ -336,7 +375,7 @@ func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begi
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
 	}
-	code, w, err := decodeReply(ref.Shard, res)
+	code, w, err := decodeReply(ref.Shard, ref.ID, res)
 	if err != nil {
 		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
 	}
@@ -406,7 +445,7 @@ func (l *Redis) Resolve(ctx context.Context, id string, r withdrawal.Resolution)
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
 	}
-	code, got, err := decodeReply(w.Shard, res)
+	code, got, err := decodeReply(w.Shard, id, res)
 	switch {
 	case err != nil:
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
@@ -441,7 +480,7 @@ func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (wi
 		if err != nil {
 			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback %s to %s: %w", c.EventID, id, err)
 		}
-		code, got, err := decodeReply(w.Shard, res)
+		code, got, err := decodeReply(w.Shard, id, res)
 		switch {
 		case err != nil:
 			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: %w", id, err)
@@ -457,6 +496,9 @@ func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (wi
 	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
 }
 
+// base36 is t in unix ms, base 36: how the idempotency entries keep times.
+func base36(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36) }
+
 func flag(b bool) string {
 	if b {
 		return "1"
@@ -465,7 +507,7 @@ func flag(b bool) string {
 }
 
 func transitioned(ref withdrawal.Ref, res []any) (withdrawal.Withdrawal, error) {
-	code, w, err := decodeReply(ref.Shard, res)
+	code, w, err := decodeReply(ref.Shard, ref.ID, res)
 	switch {
 	case err != nil:
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, err)
@@ -489,41 +531,75 @@ func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref, status wit
 	return nil
 }
 
-// purgeBatch bounds one purge script.
-const purgeBatch = 100
+// purgeBatch bounds one purge script of the first layout; purgePage and
+// purgePages bound the pages of a shard's idempotency hash that one
+// PurgeExpiredKeys looks through. It runs between poller rounds every
+// minute, so it stays short (20 scripts of about 500 entries a shard), and
+// 10,000 entries a minute is a pass over a day of a million keys a shard in
+// under two hours: what expired meanwhile, some 7% more entries, waits.
+const (
+	purgeBatch = 100
+	purgePages = 20
+	purgePage  = 500
+)
 
-// PurgeExpiredKeys forgets idempotency records past their retention, in
-// bounded batches per shard, and reports how many it removed.
+// PurgeExpiredKeys forgets idempotency entries past their retention, in
+// bounded batches per shard, and reports how many it removed. It goes on
+// through a shard's entries where the last call stopped, so a call that
+// stops at its bound leaves entries past their retention for the next one
+// (Reserve never answers with those).
 func (l *Redis) PurgeExpiredKeys(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
 	for n := range l.q.Shards() {
 		k := l.q.Keys(n)
-		for {
-			names, err := l.rdb.ZRangeByScore(ctx, idemExpiryKey(k), &redis.ZRangeBy{
-				Min: "-inf", Max: nowMS, Count: purgeBatch,
-			}).Result()
-			if err != nil {
-				return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
+		for range purgePages {
+			res, err := purgeIdemScript.Run(ctx, l.rdb, []string{idemSetKey(k), idemPurgeKey(k)}, nowMS, purgePage).Int64Slice()
+			if err != nil || len(res) != 2 {
+				return total, fmt.Errorf("ledger: purge idempotency keys: %v %w", res, err)
 			}
-			if len(names) == 0 {
+			total += int(res[0])
+			if res[1] == 1 {
 				break
 			}
-			removed, err := purgeKeysScript.Run(ctx, l.rdb, append([]string{idemExpiryKey(k)}, names...), nowMS).Int()
-			if err != nil {
-				return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
-			}
-			total += removed
-			if len(names) < purgeBatch {
-				break
-			}
+		}
+		removed, err := l.purgeFirstLayout(ctx, k, nowMS)
+		total += removed
+		if err != nil {
+			return total, err
 		}
 	}
 	return total, nil
 }
 
-// decodeReply reads a {code, HGETALL...} script reply.
-func decodeReply(shard int, res []any) (int64, withdrawal.Withdrawal, error) {
+// purgeFirstLayout forgets the first layout's idempotency records past
+// their retention: the ones written before the upgrade, gone a retention
+// after it.
+func (l *Redis) purgeFirstLayout(ctx context.Context, k delayq.Keys, nowMS string) (int, error) {
+	total := 0
+	for {
+		names, err := l.rdb.ZRangeByScore(ctx, idemExpiryKey(k), &redis.ZRangeBy{
+			Min: "-inf", Max: nowMS, Count: purgeBatch,
+		}).Result()
+		if err != nil {
+			return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
+		}
+		if len(names) == 0 {
+			return total, nil
+		}
+		removed, err := purgeKeysScript.Run(ctx, l.rdb, append([]string{idemExpiryKey(k)}, names...), nowMS).Int()
+		if err != nil {
+			return total, fmt.Errorf("ledger: purge idempotency keys: %w", err)
+		}
+		total += removed
+		if len(names) < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// decodeReply reads a {code, HGETALL...} script reply about record id.
+func decodeReply(shard int, id string, res []any) (int64, withdrawal.Withdrawal, error) {
 	if len(res) == 0 {
 		return 0, withdrawal.Withdrawal{}, errors.New("empty reply")
 	}
@@ -538,18 +614,49 @@ func decodeReply(shard int, res []any) (int64, withdrawal.Withdrawal, error) {
 		v, _ := flat[i+1].(string)
 		fields[k] = v
 	}
-	w, err := decodeRecord(shard, fields)
+	w, err := decodeRecord(shard, id, fields)
 	return code, w, err
 }
 
-func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error) {
+// Record fields that only Go reads have one-letter names, and the id is the
+// key's: a short record stays a small listpack. A record of the first
+// layout (written before) has the long names, read as a fallback.
+const (
+	fieldUser      = "u" // first layout: user (cancel.lua and reschedule.lua read it too)
+	fieldAmount    = "a" // first layout: amount
+	fieldCurrency  = "c" // currency
+	fieldDest      = "d" // dest
+	fieldCreated   = "t" // created; left out when the id's ULID tells it
+	fieldRequestID = "r" // request_id
+)
+
+// idTime is the creation time a withdrawal id tells: its ULID's (ids are
+// "wd_" and a ULID of their creation, withdrawal.NewID).
+func idTime(id string) (time.Time, bool) {
+	i := strings.LastIndexByte(id, '_')
+	u, err := ulid.ParseStrict(id[i+1:])
+	if err != nil {
+		return time.Time{}, false
+	}
+	return ulid.Time(u.Time()).UTC(), true
+}
+
+// field is f's value of name, or of the first layout's name for it.
+func field(f map[string]string, name, first string) string {
+	if v, ok := f[name]; ok {
+		return v
+	}
+	return f[first]
+}
+
+func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdrawal, error) {
 	w := withdrawal.Withdrawal{
-		ID:          f["id"],
-		UserID:      f["user"],
+		ID:          id,
+		UserID:      field(f, fieldUser, "user"),
 		Shard:       shard,
 		Status:      withdrawal.Status(f["status"]),
-		Currency:    f["currency"],
-		Destination: f["dest"],
+		Currency:    field(f, fieldCurrency, "currency"),
+		Destination: field(f, fieldDest, "dest"),
 		LastError:   f["last_error"],
 		PayoutID:    f["payout_id"],
 		Told:        withdrawal.Status(f["told"]),
@@ -557,20 +664,21 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 		Attempt:     f["aid"],
 		Op:          f["op"],
 		ResolvedBy:  f["resolved_by"],
-		RequestID:   f["request_id"],
+		RequestID:   field(f, fieldRequestID, "request_id"),
 
 		RescheduledBy:    f["resched_by"],
 		RescheduleReason: f["resched_reason"],
 	}
 	var err error
-	if w.Amount, err = decimal.NewFromString(f["amount"]); err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: amount %q: %w", w.ID, f["amount"], err)
+	amount := field(f, fieldAmount, "amount")
+	if w.Amount, err = decimal.NewFromString(amount); err != nil {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: amount %q: %w", w.ID, amount, err)
 	}
 	for _, t := range []struct {
 		field string
 		dst   *time.Time
 	}{
-		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {"updated", &w.UpdatedAt},
+		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {fieldCreated, &w.CreatedAt}, {"updated", &w.UpdatedAt},
 		{"processed", &w.ProcessedAt}, {"until", &w.ProcessingUntil},
 		{"first_sent", &w.FirstSentAt}, {"resolved_at", &w.ResolvedAt},
 		{"resched_at", &w.RescheduledAt}, {"resched_from", &w.RescheduledFrom},
@@ -584,6 +692,12 @@ func decodeRecord(shard int, f map[string]string) (withdrawal.Withdrawal, error)
 			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: record %s: %s %q: %w", w.ID, t.field, v, err)
 		}
 		*t.dst = time.UnixMilli(ms).UTC()
+	}
+	if _, ok := f[fieldCreated]; !ok && f["created"] == "" {
+		w.CreatedAt, _ = idTime(id) // written only when the id does not tell it
+	}
+	if _, ok := f["updated"]; !ok {
+		w.UpdatedAt = w.CreatedAt // not written until the first change
 	}
 	if v := f["rev"]; v != "" {
 		if w.Revision, err = strconv.ParseInt(v, 10, 64); err != nil {

@@ -62,12 +62,44 @@ func TestPurgeExpiredKeys(t *testing.T) {
 		if err != nil || n != 2 {
 			t.Fatalf("purged %d (%v), want 2", n, err)
 		}
-		keys, err := rb.Client.Keys(ctx, "*idem:*").Result()
-		if err != nil || len(keys) != 1 {
-			t.Fatalf("idempotency records left: %v %v, want 1", keys, err)
+		left := 0
+		for n := range q.Shards() {
+			left += int(rb.Client.HLen(ctx, q.Keys(n).Key("idem")).Val())
+		}
+		if left != 1 {
+			t.Fatalf("idempotency entries left: %d, want 1", left)
 		}
 		if n, _ := l.PurgeExpiredKeys(ctx, t0.Add(2*time.Hour)); n != 0 {
 			t.Fatalf("second purge removed %d", n)
+		}
+	})
+}
+
+// TestCreatedTimeIsKept: a record leaves its creation time out when its id
+// tells it (a ULID of it), and keeps it when the id does not.
+func TestCreatedTimeIsKept(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, rb redistest.Backend) {
+		ctx := context.Background()
+		q := newQueue(t, rb, 1)
+		l := ledger.NewRedis(rb.Client, q)
+		for _, w := range []withdrawal.Withdrawal{
+			ledgertest.NewWithdrawal(q, "alice", ledgertest.T0.Add(time.Hour)),
+			func() withdrawal.Withdrawal { // a reservation taken over: an older id
+				w := ledgertest.NewWithdrawal(q, "alice", ledgertest.T0.Add(time.Hour))
+				w.ID = withdrawal.NewID(ledgertest.T0.Add(-time.Minute))
+				return w
+			}(),
+			func() withdrawal.Withdrawal { // not a ULID
+				w := ledgertest.NewWithdrawal(q, "alice", ledgertest.T0.Add(time.Hour))
+				w.ID = "wd_not-a-ulid"
+				return w
+			}(),
+		} {
+			ledgertest.Create(t, l, w)
+			got, err := l.Get(ctx, "alice", w.ID)
+			if err != nil || !got.CreatedAt.Equal(w.CreatedAt) || !got.UpdatedAt.Equal(w.CreatedAt) {
+				t.Errorf("%s: created %v, updated %v (%v), want %v", w.ID, got.CreatedAt, got.UpdatedAt, err, w.CreatedAt)
+			}
 		}
 	})
 }

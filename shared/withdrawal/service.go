@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -166,9 +164,9 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 			return Created{}, err
 		}
 	}
-	resp, err := json.Marshal(w.View())
+	resp, err := CreatedBody(w)
 	if err != nil {
-		return Created{}, fmt.Errorf("withdrawal: encode response: %w", err)
+		return Created{}, err
 	}
 	err = s.cfg.Ledger.Create(ctx, w, key, resp)
 	if errors.Is(err, ErrExists) {

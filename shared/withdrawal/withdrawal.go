@@ -5,7 +5,9 @@
 package withdrawal
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -196,6 +198,28 @@ func (w Withdrawal) View() View {
 		v.PayoutID = &w.PayoutID
 	}
 	return v
+}
+
+// CreatedBody is the body of the answer to the create of w: what a replay
+// of its idempotency key answers again, byte for byte.
+func CreatedBody(w Withdrawal) ([]byte, error) {
+	b, err := json.Marshal(w.View())
+	if err != nil {
+		return nil, fmt.Errorf("withdrawal: encode response: %w", err)
+	}
+	return b, nil
+}
+
+// AsCreated is w as its create made it, due at due (the record's due time
+// moves with a reschedule or a retry): the withdrawal a create's answer
+// shows. Only what a create sets is kept, so a ledger that does not store
+// the first answer rebuilds it from the record (CreatedBody(w.AsCreated(due))).
+func (w Withdrawal) AsCreated(due time.Time) Withdrawal {
+	return Withdrawal{
+		ID: w.ID, UserID: w.UserID, Shard: w.Shard, Status: Scheduled,
+		Amount: w.Amount, Currency: w.Currency, Destination: w.Destination,
+		DueAt: due, CreatedAt: w.CreatedAt, UpdatedAt: w.CreatedAt, RequestID: w.RequestID,
+	}
 }
 
 // The reasons the API gives for a payout that did not go through (View's

@@ -67,6 +67,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"RescheduleRacingBeginHasOneWinner", testRescheduleRace},
 		{"RescheduleLostAnswerIsOurOwn", testRescheduleLostAnswer},
 		{"EveryWriteChangesTheETag", testRevisions},
+		{"ReplayIsTheFirstAnswerAfterChanges", testReplayAfterChanges},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -134,14 +135,20 @@ func testKeyLifecycle(t *testing.T, b Backend) {
 	if err != nil || st.Phase != withdrawal.KeyInFlight || st.ID != w.ID {
 		t.Fatalf("second reserve while in flight: %+v %v", st, err)
 	}
-	if err := b.Ledger.Create(ctx, w, key, []byte(`{"first":true}`)); err != nil {
+	// The service's answer to a create is the withdrawal's view, which a
+	// ledger may keep or rebuild from the record.
+	first, err := withdrawal.CreatedBody(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ledger.Create(ctx, w, key, first); err != nil {
 		t.Fatal(err)
 	}
 	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp2", "wd_other", T0.Add(2*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := withdrawal.KeyState{Phase: withdrawal.KeyCompleted, Fingerprint: "fp1", ID: w.ID, Response: []byte(`{"first":true}`)}
+	want := withdrawal.KeyState{Phase: withdrawal.KeyCompleted, Fingerprint: "fp1", ID: w.ID, Response: first}
 	if diff := cmp.Diff(want, st); diff != "" {
 		t.Fatalf("completed key (-want +got):\n%s", diff)
 	}
@@ -925,4 +932,52 @@ func testRequestID(t *testing.T, b Backend) {
 		}
 		check("callback", got, c.want)
 	}
+}
+
+// testReplayAfterChanges: a key replayed after its withdrawal moved on (its
+// due time moved, a retry, a cancel) answers the first answer still, byte
+// for byte.
+func testReplayAfterChanges(t *testing.T, b Backend) {
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "alice", T0.Add(time.Minute))
+	w.RequestID = "req-first"
+	key := withdrawal.IdemKey{UserID: w.UserID, Key: "replayed", Shard: w.Shard}
+	if st, err := b.Ledger.Reserve(ctx, reservation(key, "fp", w.ID, T0)); err != nil || st.Phase != withdrawal.KeyAcquired {
+		t.Fatalf("reserve: %+v %v", st, err)
+	}
+	first, err := withdrawal.CreatedBody(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ledger.Create(ctx, w, key, first); err != nil {
+		t.Fatal(err)
+	}
+	replay := func(step string) {
+		t.Helper()
+		st, err := b.Ledger.Reserve(ctx, reservation(key, "fp", "wd_again", T0.Add(time.Second)))
+		if err != nil || st.Phase != withdrawal.KeyCompleted || st.ID != w.ID {
+			t.Fatalf("replay after %s: %+v %v", step, st, err)
+		}
+		if diff := cmp.Diff(string(first), string(st.Response)); diff != "" {
+			t.Fatalf("replay after %s (-first +replay):\n%s", step, diff)
+		}
+	}
+	replay("the create")
+	if _, err := reschedule(b, w, T0.Add(time.Hour), T0.Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	replay("a reschedule")
+	_, start, a := begin(t, b, w.Ref(), T0.Add(time.Hour), T0.Add(time.Hour+time.Minute))
+	if start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
+	}
+	if _, err := b.Ledger.Retry(ctx, w.Ref(), a, withdrawal.RetryAt{At: T0.Add(2 * time.Hour), Now: T0.Add(time.Hour),
+		LastError: "503"}); err != nil {
+		t.Fatal(err)
+	}
+	replay("a retry")
+	if _, err := b.Ledger.Cancel(ctx, w.UserID, w.ID, T0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	replay("a cancel")
 }

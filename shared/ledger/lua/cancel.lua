@@ -13,8 +13,8 @@
 -- {code, record as HGETALL}: 1 = cancelled now, 2 = was cancelled already
 -- (also what a resent script answers), 3 = not cancellable (processing, a
 -- call may have paid it, or it ended otherwise).
-local cur = redis.call('HMGET', KEYS[1], 'status', 'user', 'maybe')
-if not cur[1] or cur[2] ~= ARGV[1] then
+local cur = redis.call('HMGET', KEYS[1], 'status', 'u', 'maybe', 'user')
+if not cur[1] or (cur[2] or cur[4]) ~= ARGV[1] then -- 'user' in the first layout
   return {0}
 end
 local code = 3

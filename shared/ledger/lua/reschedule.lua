@@ -22,8 +22,8 @@
 -- {code, record as HGETALL}: 1 = rescheduled (also what a resent script
 -- answers), 3 = not reschedulable (processing, a call may have paid it, or
 -- it ended), 4 = not at the revision asked (nothing changed).
-local cur = redis.call('HMGET', KEYS[1], 'status', 'user', 'maybe', 'rev', 'op', 'due')
-if not cur[1] or cur[2] ~= ARGV[1] then
+local cur = redis.call('HMGET', KEYS[1], 'status', 'u', 'maybe', 'rev', 'op', 'due', 'user')
+if not cur[1] or (cur[2] or cur[7]) ~= ARGV[1] then -- 'user' in the first layout
   return {0}
 end
 if cur[5] == ARGV[8] then

@@ -49,9 +49,6 @@ func benchBacklog(ctx context.Context, rdb redis.UniversalClient, _ *server, rep
 	}
 	var base map[string]float64 // the smallest backlog's figures, the baseline of the others
 	for _, b := range sizes {
-		if err := rdb.FlushAll(ctx).Err(); err != nil {
-			return err
-		}
 		figs, err := backlogAt(ctx, rdb, q, b, burst, rate, secs, rep, sizeName(sizes[0]), base)
 		if err != nil {
 			return fmt.Errorf("backlog %d: %w", b, err)
@@ -59,8 +56,31 @@ func benchBacklog(ctx context.Context, rdb redis.UniversalClient, _ *server, rep
 		if base == nil {
 			base = figs
 		}
+		if err := flushAndWait(ctx, rdb); err != nil {
+			return err
+		}
 	}
-	return rdb.FlushAll(ctx).Err()
+	return nil
+}
+
+// flushAndWait empties Redis and waits until it has freed the memory: a
+// 10^7 set takes seconds to free, longer than a client's read timeout, so
+// it is freed in the background (FLUSHALL ASYNC) and nothing is measured
+// meanwhile.
+func flushAndWait(ctx context.Context, rdb redis.UniversalClient) error {
+	if err := rdb.FlushAllAsync(ctx).Err(); err != nil {
+		return err
+	}
+	for {
+		info, err := rdb.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(info, "lazyfree_pending_objects:0\r\n") {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // backlogAt measures one backlog of b and returns its figures by key suffix.
@@ -132,9 +152,17 @@ func backlogAt(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, 
 	if err := fillIDs(ctx, rdb, q.Keys(0).Due, n, func(i int) int64 { return first + int64(i)*1000/int64(rate) }); err != nil {
 		return nil, err
 	}
+	cpu0, err := serverCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
 	l, err := lagRun(ctx, q, n, first, secs)
 	if err != nil {
 		return nil, fmt.Errorf("lag at %d/s: %w", rate, err)
+	}
+	cpu1, err := serverCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
 	}
 	calls, us, err = scriptStats(ctx, rdb)
 	if err != nil {
@@ -148,7 +176,9 @@ func backlogAt(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, 
 			n, secs, b, p50, p99, mx, l.early)})
 	add("lag_max_ms_"+name, fmt.Sprintf("lag max at %d jobs/s (ms)", rate), mx, row{})
 	add("claim_us_"+name, fmt.Sprintf("claim script at %d jobs/s (µs a call)", rate), us, row{
-		Note: fmt.Sprintf("INFO commandstats: %d claims, %.1f jobs and %.1f µs each", calls, float64(n)/float64(max(calls, 1)), us)})
+		Note: fmt.Sprintf("INFO commandstats: %d claims, %.1f jobs and %.1f µs each (wall time in the script: a busy machine's "+
+			"preemptions count); INFO cpu: redis-server used %.1f µs of CPU a claim, its ack included",
+			calls, float64(n)/float64(max(calls, 1)), us, (cpu1-cpu0)*1e6/float64(max(calls, 1)))})
 	return figs, nil
 }
 

@@ -126,11 +126,15 @@ func backlogAt(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, 
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
 	}
-	due := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
-	if err := fillIDs(ctx, rdb, q.Keys(0).Due, burst, func(int) int64 { return due.UnixMilli() }); err != nil {
+	// The backlog falls due later than anything measured, so ahead's
+	// clean-up of a fill done over leaves it alone.
+	due, err := ahead(ctx, rdb, q.Keys(0).Due, func(first int64) (int64, error) {
+		return first, fillIDs(ctx, rdb, q.Keys(0).Due, burst, func(int) int64 { return first })
+	})
+	if err != nil {
 		return nil, err
 	}
-	drain, err := drainRun(ctx, q, burst, due)
+	drain, err := drainRun(ctx, q, burst, time.UnixMilli(due))
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +152,11 @@ func backlogAt(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, 
 		return nil, err
 	}
 	n := rate * secs
-	first := time.Now().Add(2 * time.Second).UnixMilli()
-	if err := fillIDs(ctx, rdb, q.Keys(0).Due, n, func(i int) int64 { return first + int64(i)*1000/int64(rate) }); err != nil {
+	first, err := ahead(ctx, rdb, q.Keys(0).Due, func(first int64) (int64, error) {
+		due := func(i int) int64 { return first + int64(i)*1000/int64(rate) }
+		return due(n - 1), fillIDs(ctx, rdb, q.Keys(0).Due, n, due)
+	})
+	if err != nil {
 		return nil, err
 	}
 	cpu0, err := serverCPU(ctx, rdb)

@@ -25,19 +25,45 @@ func newQueue(rdb redis.UniversalClient) (*delayq.Queue, error) {
 	return delayq.New(rdb, delayq.Options{Name: "bench", Kind: "bench", Shards: 1})
 }
 
-// fill schedules n jobs, pipelined; due(i) gives each one's due time (ms).
+// fill schedules n jobs, in ZADDs of 1,000 members, pipelined; due(i)
+// gives each one's due time (ms).
 func fill(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, n int, due func(i int) int64) error {
-	const chunk = 10_000
-	for start := 0; start < n; start += chunk {
-		p := rdb.Pipeline()
-		for i := start; i < min(n, start+chunk); i++ {
-			p.ZAdd(ctx, q.Keys(0).Due, redis.Z{Score: float64(due(i)), Member: "job-" + strconv.Itoa(i)})
+	const perCmd, perPipe = 1000, 10
+	zs := make([]redis.Z, 0, perCmd)
+	p := rdb.Pipeline()
+	for i := range n {
+		zs = append(zs, redis.Z{Score: float64(due(i)), Member: "job-" + strconv.Itoa(i)})
+		if len(zs) == perCmd || i == n-1 {
+			p.ZAdd(ctx, q.Keys(0).Due, zs...)
+			zs = make([]redis.Z, 0, perCmd)
 		}
-		if _, err := p.Exec(ctx); err != nil {
-			return err
+		if p.Len() == perPipe || i == n-1 {
+			if _, err := p.Exec(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// ahead schedules jobs by fillAt to fall due from first = now + lead on;
+// fillAt returns the last due time it used. A fill that outlasted most of
+// its lead (a busy machine) would make its first jobs late before polling
+// began, so its jobs (and any due earlier) are taken out again and it is
+// done over with twice the lead, up to three times.
+func ahead(ctx context.Context, rdb redis.UniversalClient, key string, fillAt func(first int64) (last int64, err error)) (int64, error) {
+	lead := 2 * time.Second
+	for try := 0; ; try++ {
+		first := time.Now().Add(lead).UnixMilli()
+		last, err := fillAt(first)
+		if err != nil || try == 3 || time.Until(time.UnixMilli(first)) >= lead/4 {
+			return first, err
+		}
+		if err := rdb.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(last, 10)).Err(); err != nil {
+			return 0, err
+		}
+		lead *= 2
+	}
 }
 
 func newPoller(q *delayq.Queue, batch int, onClaim func([]delayq.Job, time.Time)) (*poller.Poller, error) {
@@ -154,8 +180,11 @@ func benchLag(ctx context.Context, rdb redis.UniversalClient, _ *server, rep *re
 			return err
 		}
 		n := rate * secs
-		first := time.Now().Add(2 * time.Second).UnixMilli()
-		if err := fill(ctx, rdb, q, n, func(i int) int64 { return first + int64(i)*1000/int64(rate) }); err != nil {
+		first, err := ahead(ctx, rdb, q.Keys(0).Due, func(first int64) (int64, error) {
+			due := func(i int) int64 { return first + int64(i)*1000/int64(rate) }
+			return due(n - 1), fill(ctx, rdb, q, n, due)
+		})
+		if err != nil {
 			return err
 		}
 		l, err := lagRun(ctx, q, n, first, secs)
@@ -215,11 +244,13 @@ func benchBurst(ctx context.Context, rdb redis.UniversalClient, _ *server, rep *
 	if err != nil {
 		return err
 	}
-	due := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
-	if err := fill(ctx, rdb, q, n, func(int) int64 { return due.UnixMilli() }); err != nil {
+	at, err := ahead(ctx, rdb, q.Keys(0).Due, func(first int64) (int64, error) {
+		return first, fill(ctx, rdb, q, n, func(int) int64 { return first })
+	})
+	if err != nil {
 		return err
 	}
-	secs, err := drainRun(ctx, q, n, due)
+	secs, err := drainRun(ctx, q, n, time.UnixMilli(at))
 	if err != nil {
 		return err
 	}

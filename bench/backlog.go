@@ -33,7 +33,7 @@ const (
 // growth of cost with the backlog shows. Redis holds the schedule only: the
 // claim touches the due set, the inflight set and the lease token, never a
 // record, and the schedule is all the DynamoDB ledger keeps in Redis (with
-// its horizon at 30 days; the default hour would hold ~1/720 of it).
+// HOURGLASS_REDIS_HORIZON at 30 days; the default hour holds ~1/720 of it).
 func benchBacklog(ctx context.Context, rdb redis.UniversalClient, _ *server, rep *report, quick bool) error {
 	sizes, burst, rate, secs := []int{10_000, 1_000_000, 10_000_000}, 100_000, 5000, 10
 	if quick {
@@ -119,8 +119,8 @@ func backlogAt(ctx context.Context, rdb redis.UniversalClient, q *delayq.Queue, 
 		return nil, err
 	}
 	add("used_memory_mib", "Redis used_memory of the schedule (MiB)", float64(after-before)/(1<<20), row{
-		Note: fmt.Sprintf("Redis holds the schedule alone, as with the DynamoDB ledger and a 30-day horizon (the default 1 h "+
-			"holds ~1/720 of it): %d withdrawal ids (wd_<ULID>) due over 30 days from 10 min on, in %s; %.0f bytes each; "+
+		Note: fmt.Sprintf("Redis holds the schedule alone, as with the DynamoDB ledger and HOURGLASS_REDIS_HORIZON=720h "+
+			"(the default 1h holds ~1/720 of it): %d withdrawal ids (wd_<ULID>) due over 30 days from 10 min on, in %s; %.0f bytes each; "+
 			"filled in %.1f s. The Redis ledger's records would add bytes_per_job each and take no part in a claim",
 			b, q.Keys(0).Due, float64(after-before)/float64(b), filled.Seconds())})
 

@@ -628,8 +628,8 @@ func reportCost(rep *report, pl priceList, ms map[string]*measurement, idleCmdsP
 		per("redis_cmds_per_"+c.suffix, "Redis commands per "+c.what, u.RedisCmds, scale+"; by command: "+cmdList(c.m.cmds))
 		per("redis_bytes_per_"+c.suffix, "Redis bytes in + out per "+c.what, u.RedisBytes, "INFO stats total_net_input_bytes + total_net_output_bytes")
 		if c.suffix == "withdrawal" {
-			per("redis_used_memory_per_withdrawal", "Redis used_memory per scheduled withdrawal, Redis ledger (bytes)", c.m.usedMemory,
-				fmt.Sprintf("growth over %d before the poller ran (bytes_per_job measures it over more); prices ElastiCache Serverless's data stored", n))
+			per("redis_used_memory_per_withdrawal", "Redis used_memory per scheduled withdrawal over a small run, Redis ledger (bytes; coarse: bytes_per_job is the figure)", c.m.usedMemory,
+				fmt.Sprintf("growth over %d before the poller ran, where hash tables grown in powers of two weigh on each; bytes_per_job measures it over 1,000,000; prices ElastiCache Serverless's data stored (an upper bound)", n))
 		}
 		per("lambda_invocations_per_"+c.suffix, "Lambda invocations per "+c.what, inv,
 			fmt.Sprintf("the API function's 1 and the consumer's %.3f (%.0f batches)", u.Invocations["consumer"], c.m.batches))

@@ -24,10 +24,10 @@ import (
 )
 
 // benchHandler: purchases and withdrawal creates through the real handler,
-// as functions/seckill and functions/enqueue run it: the API Gateway v2
-// event as JSON bytes into lambda.NewHandler (which decodes it as the
-// runtime does), the router, the service, Redis, and the response encoded
-// to JSON; 50 concurrent callers, every purchase a new buyer (the JWT sub
+// as functions/seckill and functions/enqueue run it (lambda.Start(router)):
+// the API Gateway v2 event as JSON bytes into lambda.NewHandler(router),
+// the router's decoding, routing, the service, Redis, and the response
+// encoded to JSON; 50 concurrent callers, every purchase a new buyer (the JWT sub
 // of the authorizer's claims), every create a new user and Idempotency-Key;
 // against redis-benchmark's EVALSHA of `return 1` at the same concurrency.
 // Then the handler's CPU and allocations per request, and the same of the
@@ -55,8 +55,8 @@ func benchHandler(ctx context.Context, rdb redis.UniversalClient, srv *server, r
 	if _, err := a.Seckill.Preheat(ctx, "bench-item", fmt.Appendf(nil, `{"stock":10000000,"ends_at":%q}`, ends)); err != nil {
 		return err
 	}
-	purchase := lambda.NewHandler(a.SeckillAPI().Serve)
-	create := lambda.NewHandler(a.WithdrawalAPI().Serve)
+	purchase := lambda.NewHandler(a.SeckillAPI())
+	create := lambda.NewHandler(a.WithdrawalAPI())
 	purchaseEvent := func(buf []byte, run string, i int64) []byte {
 		id := run + strconv.FormatInt(i, 10)
 		return apievent.Purchase(buf, "bench-item", "user-"+id, "req-"+id)
@@ -137,9 +137,11 @@ func benchHandler(ctx context.Context, rdb redis.UniversalClient, srv *server, r
 
 // lambdaApp is the App a Lambda function builds (config.Lambda: jwt auth,
 // JSON logs at info, here to io.Discard) on the benchmark's client, with
-// the rate limits off: each is a Redis round trip of its own.
+// the rate limits off (each is a Redis round trip of its own) and room in
+// the order backlog for every purchase.
 func lambdaApp(rdb redis.UniversalClient, srv *server) (*app.App, error) {
-	vars := map[string]string{"REDIS_URL": "redis://" + srv.addr, "HOURGLASS_AUTH": "jwt"}
+	// No consumer makes the orders here: the backlog must hold them all.
+	vars := map[string]string{"REDIS_URL": "redis://" + srv.addr, "HOURGLASS_AUTH": "jwt", "HOURGLASS_ORDER_BACKLOG": "10000000"}
 	for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE",
 		"HOURGLASS_RATE_WITHDRAWAL_USER", "HOURGLASS_RATE_WITHDRAWAL_SOURCE"} {
 		vars[k] = "off"

@@ -18,6 +18,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/httpapi"
 )
 
 // BenchmarkPurchaseRateLimits measures what the rate limits add to a flash-
@@ -104,6 +105,7 @@ func handlerApp(b *testing.B, srv *redistest.Server) *app.App {
 	b.Helper()
 	b.Setenv("REDIS_URL", srv.URL())
 	b.Setenv("HOURGLASS_AUTH", "jwt")
+	b.Setenv("HOURGLASS_ORDER_BACKLOG", "10000000") // no consumer makes the orders
 	for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE",
 		"HOURGLASS_RATE_WITHDRAWAL_USER", "HOURGLASS_RATE_WITHDRAWAL_SOURCE"} {
 		b.Setenv(k, "off")
@@ -127,35 +129,46 @@ func handlerApp(b *testing.B, srv *redistest.Server) *app.App {
 	return a
 }
 
-// BenchmarkHandler is the handler path as a Lambda function runs it: the
-// API Gateway v2 event as JSON bytes through lambda.NewHandler (which
-// decodes it as the runtime does), the router, the service, Redis, and the
-// response encoded to JSON. Every purchase admits a new buyer and every
-// create carries a new Idempotency-Key. One caller, so that a profile shows
-// the handler's own work (the rest is waiting on Redis):
+// BenchmarkHandler is the handler path as a Lambda function runs it
+// (lambda.Start(router) in functions/seckill and functions/enqueue): the
+// API Gateway v2 event as JSON bytes through lambda.NewHandler(router), the
+// router's decoding, routing, the service, Redis, and the response encoded
+// to JSON. Every purchase admits a new buyer and every create carries a new
+// Idempotency-Key. "via-Serve" is the same through lambda.NewHandler(rt.Serve),
+// the library's reflection and encoding/json, to compare in one run. One
+// caller, so that a profile shows the handler's own work (the rest is
+// waiting on Redis):
 //
 //	go test -run '^$' -bench Handler -benchmem -cpuprofile cpu.out ./shared/httpapi/
 //	go tool pprof -top httpapi.test cpu.out
 func BenchmarkHandler(b *testing.B) {
 	srv := redistest.Start(b)
-	b.Run("purchase", func(b *testing.B) {
-		a := handlerApp(b, srv)
-		ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-		if _, err := a.Seckill.Preheat(context.Background(), "bench-item", []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
-			b.Fatal(err)
+	for _, via := range []string{"router", "via-Serve"} {
+		handler := func(rt *httpapi.Router) lambda.Handler {
+			if via == "via-Serve" {
+				return lambda.NewHandler(rt.Serve)
+			}
+			return lambda.NewHandler(rt)
 		}
-		h := lambda.NewHandler(a.SeckillAPI().Serve)
-		runHandler(b, h, func(buf []byte, i string) []byte {
-			return apievent.Purchase(buf, "bench-item", "user-"+i, "req-"+i)
+		b.Run("purchase/"+via, func(b *testing.B) {
+			a := handlerApp(b, srv)
+			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+			if _, err := a.Seckill.Preheat(context.Background(), "bench-item", []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
+				b.Fatal(err)
+			}
+			h := handler(a.SeckillAPI())
+			runHandler(b, h, func(buf []byte, i string) []byte {
+				return apievent.Purchase(buf, "bench-item", "user-"+i, "req-"+i)
+			})
 		})
-	})
-	b.Run("create", func(b *testing.B) {
-		a := handlerApp(b, srv)
-		h := lambda.NewHandler(a.WithdrawalAPI().Serve)
-		runHandler(b, h, func(buf []byte, i string) []byte {
-			return apievent.Create(buf, "user-"+i, "key-"+i, "req-"+i)
+		b.Run("create/"+via, func(b *testing.B) {
+			a := handlerApp(b, srv)
+			h := handler(a.WithdrawalAPI())
+			runHandler(b, h, func(buf []byte, i string) []byte {
+				return apievent.Create(buf, "user-"+i, "key-"+i, "req-"+i)
+			})
 		})
-	})
+	}
 }
 
 func runHandler(b *testing.B, h lambda.Handler, event func(buf []byte, i string) []byte) {

@@ -10,5 +10,5 @@ import (
 )
 
 func main() {
-	lambda.Start(app.ForLambda("REDIS_URL").WithdrawalAPI().Serve)
+	lambda.Start(app.ForLambda("REDIS_URL").WithdrawalAPI())
 }

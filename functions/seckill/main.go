@@ -11,5 +11,5 @@ import (
 )
 
 func main() {
-	lambda.Start(app.ForLambda("REDIS_URL").SeckillAPI().Serve)
+	lambda.Start(app.ForLambda("REDIS_URL").SeckillAPI())
 }

@@ -102,7 +102,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			api := lambda.NewHandler(a.WithdrawalAPI().Serve)
+			api := lambda.NewHandler(a.WithdrawalAPI())
 			for _, tc := range []struct {
 				user   string
 				status int
@@ -176,7 +176,7 @@ func show(s *string) string {
 func TestDynamoCreateFailsClosedWithoutRateLimit(t *testing.T) {
 	db := dynalitetest.Start(t)
 	s := newDynStack(t, db)
-	api := lambda.NewHandler(s.a.WithdrawalAPI().Serve)
+	api := lambda.NewHandler(s.a.WithdrawalAPI())
 	created := invokeAPI(t, api, apiEvent(t, "withdrawal-create", "alice", ""))
 	if created.StatusCode != 202 {
 		t.Fatalf("create with Redis up: %d %s", created.StatusCode, created.Body)

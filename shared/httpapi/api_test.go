@@ -136,7 +136,7 @@ func newStack(t *testing.T, redisURL string, vars map[string]string) *stack {
 		t.Fatalf("app: %v", err)
 	}
 	rt := a.Router()
-	return &stack{cfg: cfg, app: a, rdb: rdb, rt: rt, h: lambda.NewHandler(rt.Serve), log: logs}
+	return &stack{cfg: cfg, app: a, rdb: rdb, rt: rt, h: lambda.NewHandler(rt), log: logs}
 }
 
 var devMode = map[string]string{"HOURGLASS_AUTH": "dev", "HOURGLASS_ADMIN_TOKEN": "test-admin-token"}
@@ -1386,7 +1386,7 @@ func TestConcurrentCreates(t *testing.T) {
 			// A Lambda handler reuses its encode buffer (the runtime sends
 			// one event at a time); the router is shared as a warm Lambda
 			// process would share it across its invocations.
-			h := lambda.NewHandler(s.rt.Serve)
+			h := lambda.NewHandler(s.rt)
 			go func() {
 				defer wg.Done()
 				<-gate

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,10 +12,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/hourglass/hourglass/internal/apievent"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/httpapi"
 )
 
 // BenchmarkPurchaseRateLimits measures what the rate limits add to a flash-
@@ -90,5 +94,94 @@ func BenchmarkPurchaseRateLimits(b *testing.B) {
 				b.Fatalf("%d purchases not admitted", n)
 			}
 		})
+	}
+}
+
+// handlerApp is the App a Lambda function builds (config.Lambda: jwt auth,
+// the user from the authorizer's claims, logs as JSON lines at info), on
+// srv, with the rate limits off: they are Redis round trips of their own
+// (see BenchmarkPurchaseRateLimits).
+func handlerApp(b *testing.B, srv *redistest.Server) *app.App {
+	b.Helper()
+	b.Setenv("REDIS_URL", srv.URL())
+	b.Setenv("HOURGLASS_AUTH", "jwt")
+	b.Setenv("HOURGLASS_ORDER_BACKLOG", "10000000") // no consumer makes the orders
+	for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE",
+		"HOURGLASS_RATE_WITHDRAWAL_USER", "HOURGLASS_RATE_WITHDRAWAL_SOURCE"} {
+		b.Setenv(k, "off")
+	}
+	cfg, err := config.Load(config.Lambda)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rdb, err := app.Connect(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// BenchmarkHandler is the handler path as a Lambda function runs it
+// (lambda.Start(router) in functions/seckill and functions/enqueue): the
+// API Gateway v2 event as JSON bytes through lambda.NewHandler(router), the
+// router's decoding, routing, the service, Redis, and the response encoded
+// to JSON. Every purchase admits a new buyer and every create carries a new
+// Idempotency-Key. "via-Serve" is the same through lambda.NewHandler(rt.Serve),
+// the library's reflection and encoding/json, to compare in one run. One
+// caller, so that a profile shows the handler's own work (the rest is
+// waiting on Redis):
+//
+//	go test -run '^$' -bench Handler -benchmem -cpuprofile cpu.out ./shared/httpapi/
+//	go tool pprof -top httpapi.test cpu.out
+func BenchmarkHandler(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, via := range []string{"router", "via-Serve"} {
+		handler := func(rt *httpapi.Router) lambda.Handler {
+			if via == "via-Serve" {
+				return lambda.NewHandler(rt.Serve)
+			}
+			return lambda.NewHandler(rt)
+		}
+		b.Run("purchase/"+via, func(b *testing.B) {
+			a := handlerApp(b, srv)
+			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+			if _, err := a.Seckill.Preheat(context.Background(), "bench-item", []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
+				b.Fatal(err)
+			}
+			h := handler(a.SeckillAPI())
+			runHandler(b, h, func(buf []byte, i string) []byte {
+				return apievent.Purchase(buf, "bench-item", "user-"+i, "req-"+i)
+			})
+		})
+		b.Run("create/"+via, func(b *testing.B) {
+			a := handlerApp(b, srv)
+			h := handler(a.WithdrawalAPI())
+			runHandler(b, h, func(buf []byte, i string) []byte {
+				return apievent.Create(buf, "user-"+i, "key-"+i, "req-"+i)
+			})
+		})
+	}
+}
+
+func runHandler(b *testing.B, h lambda.Handler, event func(buf []byte, i string) []byte) {
+	b.Helper()
+	ctx := context.Background()
+	var buf []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		buf = event(buf[:0], strconv.Itoa(i))
+		out, err := h.Invoke(ctx, buf)
+		if err != nil || !bytes.HasPrefix(out, []byte(`{"statusCode":202,`)) {
+			b.Fatalf("answer %s, %v", out, err)
+		}
 	}
 }

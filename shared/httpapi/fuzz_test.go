@@ -128,8 +128,8 @@ func FuzzServe(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(m.Close)
-	jwt := lambda.NewHandler(fuzzRouter(f, m, nil).Serve)
-	dev := lambda.NewHandler(fuzzRouter(f, m, map[string]string{"HOURGLASS_AUTH": "dev", "HOURGLASS_ADMIN_TOKEN": "fuzz-admin"}).Serve)
+	jwt := lambda.NewHandler(fuzzRouter(f, m, nil))
+	dev := lambda.NewHandler(fuzzRouter(f, m, map[string]string{"HOURGLASS_AUTH": "dev", "HOURGLASS_ADMIN_TOKEN": "fuzz-admin"}))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		var ev events.APIGatewayV2HTTPRequest
 		decodable := json.NewDecoder(bytes.NewReader(payload)).Decode(&ev) == nil

@@ -18,21 +18,28 @@ func scopeProblem(jwt *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescrip
 	if use := jwt.Claims["token_use"]; use != "" && use != "access" {
 		return NewProblem(http.StatusForbidden, CodeForbidden, "send an access token, not an ID token")
 	}
-	if scope == "" || slices.Contains(tokenScopes(jwt), scope) {
+	if scope == "" || hasScope(jwt, scope) {
 		return nil
 	}
 	return NewProblem(http.StatusForbidden, CodeForbidden, "the access token does not grant the scope "+scope)
 }
 
-// tokenScopes gathers a token's scopes wherever API Gateway puts them: the
-// authorizer's own list (filled when the route requires scopes), the OAuth
-// "scope" claim (space-separated), and "scp" (an array some issuers use,
-// which reaches us flattened, e.g. "[a b]").
-func tokenScopes(jwt *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription) []string {
-	out := slices.Clone(jwt.Scopes)
-	for _, claim := range []string{"scope", "scp"} {
-		v := strings.Trim(jwt.Claims[claim], "[]")
-		out = append(out, strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == '"' })...)
+// hasScope reports whether a token grants scope, wherever API Gateway puts
+// its scopes: the authorizer's own list (filled when the route requires
+// scopes), the OAuth "scope" claim (space-separated), and "scp" (an array
+// some issuers use, which reaches us flattened, e.g. "[a b]").
+func hasScope(jwt *events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription, scope string) bool {
+	if slices.Contains(jwt.Scopes, scope) {
+		return true
 	}
-	return out
+	for _, claim := range []string{"scope", "scp"} {
+		for s := range strings.FieldsFuncSeq(strings.Trim(jwt.Claims[claim], "[]"), isScopeSeparator) {
+			if s == scope {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+func isScopeSeparator(r rune) bool { return r == ' ' || r == ',' || r == '"' }

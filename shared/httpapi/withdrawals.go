@@ -41,7 +41,7 @@ func (h Withdrawals) Register(rt *Router) {
 }
 
 func (h Withdrawals) create(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	c, err := h.Service.Create(ctx, r.UserID, r.Header("Idempotency-Key"), r.Body)
+	c, err := h.Service.Create(ctx, r.UserID, r.Header("idempotency-key"), r.Body)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
@@ -109,7 +109,7 @@ func (h Withdrawals) cancel(ctx context.Context, r *Request) (events.APIGatewayV
 }
 
 func (h Withdrawals) reschedule(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	w, err := h.Service.Reschedule(ctx, r.UserID, r.Params["id"], r.Body, r.Header("If-Match"))
+	w, err := h.Service.Reschedule(ctx, r.UserID, r.Params["id"], r.Body, r.Header("if-match"))
 	switch {
 	case errors.Is(err, withdrawal.ErrPreconditionFailed):
 		p := NewProblem(http.StatusPreconditionFailed, CodePreconditionFailed,

@@ -102,7 +102,7 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "%s:\n", s.name)
-		if err := rdb.FlushAll(ctx).Err(); err != nil {
+		if err := flushAndWait(ctx, rdb); err != nil {
 			fail(err)
 		}
 		if err := s.run(ctx, rdb, srv, rep, *quick); err != nil {

@@ -57,7 +57,7 @@ func benchMemory(ctx context.Context, rdb redis.UniversalClient, srv *server, re
 		Target: "at most 700", Met: met(per <= 700), Note: note})
 	// The same with user ids as long as a Cognito sub (a UUID): the record
 	// is a listpack near the edge of its allocation, so id lengths show.
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
+	if err := flushAndWait(ctx, rdb); err != nil {
 		return err
 	}
 	perUUID, note, err := scheduleWithdrawals(ctx, rdb, srv, n/10, func(u int64) string {

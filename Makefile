@@ -139,7 +139,7 @@ rie:
 	  echo "installing aws-lambda-rie $(RIE_VERSION) into bin/"; \
 	  GOBIN=$(CURDIR)/bin $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION); }
 
-bench: rie node_modules/.bin/dynalite ## Every performance target of SPEC.md against its baseline (1-3 min): bench/results.md
+bench: rie node_modules/.bin/dynalite ## Every performance target of SPEC.md against its baseline (about 5 min): bench/results.md
 	@$(call host_bootstraps,$(FUNCTIONS))
 	$(GO) run ./bench -out bench -rie $(RIE) -bootstraps bin/host $(BENCH_ARGS)
 

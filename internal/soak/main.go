@@ -180,6 +180,7 @@ type report struct {
 	drainTook           time.Duration
 	keysAfter           map[string]keyGroup
 	idemIndexed         int64
+	idemEntries         int64
 	idemLatest          time.Time
 	redisBefore         int64
 	redisAfterDrain     int64
@@ -426,10 +427,14 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 						continue
 					}
 					v := entries.Val()
-					if ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, '|')+1:], 36, 64); err == nil {
-						if at := time.UnixMilli(ms).UTC(); at.After(rep.idemLatest) {
-							rep.idemLatest = at
-						}
+					rep.idemEntries++
+					ms, err := strconv.ParseInt(v[strings.LastIndexByte(v, '|')+1:], 36, 64)
+					if err != nil {
+						rep.fail("an idempotency entry without an expiry: %q", v)
+						continue
+					}
+					if at := time.UnixMilli(ms).UTC(); at.After(rep.idemLatest) {
+						rep.idemLatest = at
 					}
 				}
 			}
@@ -751,7 +756,7 @@ func firstMatch(logs []byte, needle string) string {
 // retained are the key shapes that may outlive the run, and why (docs/architecture.md
 // "Abuse resistance" / bench/soak.md repeat this).
 var retained = []struct{ pattern, why string }{
-	{`^hg:\{dq:[a-z]+:N\}:lease$`, "the delay queue's last lease token: one string per queue shard, overwritten by every claim (bounded by the shard count, checked), not per job"},
+	{`^hg:\{dq:[a-z0-9:-]+:N\}:lease$`, "the delay queue's last lease token: one string per queue shard, overwritten by every claim (bounded by the shard count, checked), not per job"},
 	{`^hg:\{dq:withdrawals:N\}:w:\*$`, "withdrawal records: the ledger (system of record), kept"},
 	{`^hg:\{dq:withdrawals:N\}:u:\*:w$`, "each user's withdrawal index (for lists), kept with the ledger"},
 	{`^hg:\{dq:withdrawals:N\}:idem$`, "idempotency entries, one hash a shard: each kept 24 h (its expiry in its value, checked: none beyond 24 h), then purged by the poller's pass over the hash"},
@@ -927,7 +932,8 @@ func (r *report) markdown() string {
 		}
 		w("| `%s` | %s | %d | %d | %s |\n", shape, g.Type, g.Count, g.WithTTL, why)
 	}
-	w("\nIdempotency records in the expiry index: %d (latest purge due %s, 24 h after its request).\n", r.idemIndexed, r.idemLatest.Format(time.RFC3339))
+	w("\nIdempotency entries in the shards' hashes: %d; records of the first layout in the expiry index: %d (latest expiry %s, 24 h after its request).\n",
+		r.idemEntries, r.idemIndexed, r.idemLatest.Format(time.RFC3339))
 	w("\n## /v1/admin/stats after draining\n\n```json\n%s\n```\n", r.stats)
 	return b.String()
 }

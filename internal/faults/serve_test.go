@@ -95,6 +95,11 @@ func newServeRun(t *testing.T, name string, redis *redistest.Server, extra map[s
 		"HOURGLASS_LEASE": "2s", "HOURGLASS_VISIBILITY_TIMEOUT": "300ms", "PAYOUT_TIMEOUT": "1s",
 		"HOURGLASS_POLL_INTERVAL": "100ms", "HOURGLASS_RETRY_BASE": "100ms", "HOURGLASS_RETRY_CAP": "400ms",
 		"HOURGLASS_MAX_ATTEMPTS": "8", "HOURGLASS_LOG_LEVEL": "warn",
+		// Every time is compressed, the reconciler's too: a job that failed
+		// each of its deliveries while Redis cut every connection (so
+		// moved to the dead set) is given back within the run's settling
+		// window (in production the 2 m default does it within minutes).
+		"HOURGLASS_RECONCILE_INTERVAL": "5s",
 	}
 	for k, v := range extra {
 		env[k] = v

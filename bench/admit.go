@@ -25,11 +25,7 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 	if quick {
 		users = 20_000
 	}
-	sha, err := rdb.ScriptLoad(ctx, "return 1").Result()
-	if err != nil {
-		return err
-	}
-	evalsha, err := redisBenchmark(srv, "-q", "-n", strconv.Itoa(2*users), "-c", strconv.Itoa(clients), "EVALSHA", sha, "0")
+	evalsha, err := evalshaBaseline(ctx, rdb, srv, 2*users, clients)
 	if err != nil {
 		return err
 	}

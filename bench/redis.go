@@ -76,3 +76,14 @@ func serverCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) 
 	}
 	return total, nil
 }
+
+// evalshaBaseline is redis-benchmark's rate of EVALSHA of `return 1` over n
+// calls from clients connections: the cost of a script call alone, what
+// the admission figures are compared with.
+func evalshaBaseline(ctx context.Context, rdb redis.UniversalClient, srv *server, n, clients int) (float64, error) {
+	sha, err := rdb.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		return 0, err
+	}
+	return redisBenchmark(srv, "-q", "-n", strconv.Itoa(n), "-c", strconv.Itoa(clients), "EVALSHA", sha, "0")
+}

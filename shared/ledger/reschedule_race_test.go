@@ -17,6 +17,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/ledger"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -49,9 +50,11 @@ func (quietNotifier) Notify(context.Context, withdrawal.Processed) error { retur
 
 // answer is one reschedule's outcome as its client saw it.
 type answer struct {
-	id  string
-	w   withdrawal.Withdrawal
-	err error
+	id       string
+	asked    time.Time // the process_at the client sent
+	answered time.Time // when its answer came
+	w        withdrawal.Withdrawal
+	err      error
 }
 
 // TestRescheduleRacesThePayout races users rescheduling (earlier and later,
@@ -155,10 +158,12 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 			users.Go(func() {
 				for range 4 {
 					ahead := time.Duration(rand.IntN(150)) * time.Millisecond
-					body := fmt.Sprintf(`{"process_at":%q}`, clock.Format(time.Now().Add(ahead+time.Millisecond)))
+					asked := time.Now().Add(ahead + time.Millisecond).Truncate(time.Millisecond)
+					body := fmt.Sprintf(`{"process_at":%q}`, clock.Format(asked))
 					w, err := svc.Reschedule(ctx, user, c.ID, []byte(body), "")
+					answered := time.Now()
 					mu.Lock()
-					answers = append(answers, answer{id: c.ID, w: w, err: err})
+					answers = append(answers, answer{id: c.ID, asked: asked, answered: answered, w: w, err: err})
 					mu.Unlock()
 					time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 				}
@@ -184,8 +189,9 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 	pipeline.Wait()
 
 	last := map[string]withdrawal.Withdrawal{}
-	ok, refused := 0, 0
+	ok, refused, late := 0, 0, 0
 	for _, a := range answers {
+		var verr *validation.Error
 		switch {
 		case a.err == nil:
 			ok++
@@ -197,6 +203,11 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 			if a.w.Reschedulable() {
 				t.Errorf("%s: 409 for a record that could move: %+v", a.id, a.w)
 			}
+		case errors.As(a.err, &verr) && len(verr.Errors) == 1 && verr.Errors[0].Message == "must not be in the past" &&
+			a.asked.Before(a.answered):
+			// A time a millisecond or two ahead can be past when a loaded
+			// machine reaches the check: a 422 is right then, and only then.
+			late++
 		default:
 			t.Errorf("%s: reschedule: %v", a.id, a.err)
 		}
@@ -219,7 +230,7 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 			t.Errorf("%s: the last 200 said due %s, it was paid as due %s", id, clock.Format(l.DueAt), clock.Format(w.DueAt))
 		}
 	}
-	t.Logf("%d reschedules: %d answered 200, %d answered 409", len(answers), ok, refused)
+	t.Logf("%d reschedules: %d answered 200, %d answered 409, %d asked a time past by their answer", len(answers), ok, refused, late)
 	if ok == 0 || refused == 0 {
 		t.Errorf("the race was not run: %d 200s, %d 409s", ok, refused)
 	}

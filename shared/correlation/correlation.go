@@ -71,3 +71,18 @@ func Logger(log *slog.Logger, id string) *slog.Logger {
 	}
 	return log.With(Key, id)
 }
+
+// Info writes one line at info as Logger(log, id).LogAttrs would write it
+// (the id's attribute first, none when id is empty), without building a
+// logger for it: for a line on a hot path, such as each admitted purchase.
+func Info(log *slog.Logger, id, msg string, attrs ...slog.Attr) {
+	bg := context.Background()
+	if !log.Enabled(bg, slog.LevelInfo) {
+		return
+	}
+	if id != "" {
+		var buf [8]slog.Attr
+		attrs = append(append(buf[:0], slog.String(Key, id)), attrs...)
+	}
+	log.LogAttrs(bg, slog.LevelInfo, msg, attrs...)
+}

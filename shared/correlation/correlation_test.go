@@ -53,3 +53,31 @@ func TestLoggerOmitsAnEmptyID(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoWritesWhatLoggerWrites: the hot-path line is the line Logger's
+// would be, byte for byte, with an id and without, and nothing below the
+// logger's level.
+func TestInfoWritesWhatLoggerWrites(t *testing.T) {
+	attrs := []slog.Attr{slog.String("item_id", "i-1"), slog.String("purchase_id", "p-1"), slog.Int("quantity", 2)}
+	args := []any{"item_id", "i-1", "purchase_id", "p-1", "quantity", 2}
+	noTime := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	for _, id := range []string{"req-4", ""} {
+		var viaLogger, viaInfo bytes.Buffer
+		opts := &slog.HandlerOptions{ReplaceAttr: noTime}
+		correlation.Logger(slog.New(slog.NewJSONHandler(&viaLogger, opts)), id).Info("purchase admitted", args...)
+		correlation.Info(slog.New(slog.NewJSONHandler(&viaInfo, opts)), id, "purchase admitted", attrs...)
+		if viaInfo.String() != viaLogger.String() {
+			t.Errorf("id %q: Info wrote %s, Logger writes %s", id, viaInfo.Bytes(), viaLogger.Bytes())
+		}
+	}
+	var quiet bytes.Buffer
+	correlation.Info(slog.New(slog.NewJSONHandler(&quiet, &slog.HandlerOptions{Level: slog.LevelWarn})), "req-5", "x", attrs...)
+	if quiet.Len() != 0 {
+		t.Errorf("a warn logger wrote an info line: %s", quiet.Bytes())
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -40,28 +39,12 @@ func BenchmarkPurchaseRateLimits(b *testing.B) {
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			b.Setenv("REDIS_URL", srv.URL())
 			b.Setenv("HOURGLASS_AUTH", "dev")
 			b.Setenv("HOURGLASS_LOG_LEVEL", "error")
 			for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE"} {
 				b.Setenv(k, bc.vars[k])
 			}
-			cfg, err := config.Load(config.Local)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rdb, err := app.Connect(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer rdb.Close()
-			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-				b.Fatal(err)
-			}
-			a, err := app.New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), rdb)
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := benchApp(b, srv, config.Local)
 			rt := a.Router()
 			item := "bench-" + bc.name
 			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -103,14 +86,21 @@ func BenchmarkPurchaseRateLimits(b *testing.B) {
 // (see BenchmarkPurchaseRateLimits).
 func handlerApp(b *testing.B, srv *redistest.Server) *app.App {
 	b.Helper()
-	b.Setenv("REDIS_URL", srv.URL())
 	b.Setenv("HOURGLASS_AUTH", "jwt")
 	b.Setenv("HOURGLASS_ORDER_BACKLOG", "10000000") // no consumer makes the orders
 	for _, k := range []string{"HOURGLASS_RATE_PURCHASE_USER", "HOURGLASS_RATE_PURCHASE_SOURCE",
 		"HOURGLASS_RATE_WITHDRAWAL_USER", "HOURGLASS_RATE_WITHDRAWAL_SOURCE"} {
 		b.Setenv(k, "off")
 	}
-	cfg, err := config.Load(config.Lambda)
+	return benchApp(b, srv, config.Lambda)
+}
+
+// benchApp is the App of profile p on a flushed srv, as the environment
+// set so far configures it, logging as JSON lines to nowhere.
+func benchApp(b *testing.B, srv *redistest.Server, p config.Profile) *app.App {
+	b.Helper()
+	b.Setenv("REDIS_URL", srv.URL())
+	cfg, err := config.Load(p)
 	if err != nil {
 		b.Fatal(err)
 	}

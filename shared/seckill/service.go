@@ -353,17 +353,9 @@ func (s *Service) admitted(ctx context.Context, a attempt, shard int) Purchase {
 	// The one line that ties the purchase request's id to the purchase and
 	// order ids every later step logs (one per admitted purchase: bounded by
 	// the stock, not by the crowd).
-	// Written as correlation.Logger(...).Info would write it, without
-	// building a logger for the one line.
-	if s.cfg.Logger.Enabled(context.Background(), slog.LevelInfo) {
-		attrs := make([]slog.Attr, 0, 6)
-		if id := correlation.ID(ctx); id != "" {
-			attrs = append(attrs, slog.String(correlation.Key, id))
-		}
-		attrs = append(attrs, slog.String("item_id", a.item), slog.String("purchase_id", a.pid),
-			slog.String("order_id", OrderID(a.pid)), slog.Int("quantity", a.qty), slog.Int("shard", shard))
-		s.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "purchase admitted", attrs...)
-	}
+	correlation.Info(s.cfg.Logger, correlation.ID(ctx), "purchase admitted",
+		slog.String("item_id", a.item), slog.String("purchase_id", a.pid), slog.String("order_id", OrderID(a.pid)),
+		slog.Int("quantity", a.qty), slog.Int("shard", shard))
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(a.now)
 	}

@@ -23,7 +23,8 @@
 // new actor parked at its first point or ended; Step lets a parked actor
 // make its call and run to its next point or its end, and returns only then.
 // So a sequence of checker calls replays exactly, and the checker chooses
-// every interleaving at the granularity of single calls: two actors that
+// every interleaving at the granularity of single calls (a call parks after
+// its arguments were built, before it is sent): two actors that
 // read, then write, lose an update if and only if the checker steps both
 // reads before either write. An actor parked for a hundred steps carries on
 // with what it read before, as a process frozen by a GC pause or a
@@ -69,5 +70,8 @@
 // goroutine of an actor that reaches a point while the actor is parked
 // fails the test. I/O that no hook sees, or made under a context not
 // derived from the actor's, is not a point: it happens within the step of
-// the actor that makes it.
+// the actor that makes it. A call parks before it takes a connection, except
+// inside a WATCH transaction, whose connection a parked actor holds: size
+// the pool above the number of actors. Hooks compose: a lostreply.Switch
+// hook added after RedisHook acts on the calls the checker lets go.
 package stall

@@ -214,7 +214,10 @@ func (p *Provider) Body(key string) []byte {
 	return p.bodies[key]
 }
 
-// Finance records the finance messages posted to it.
+// Finance records the finance messages posted to it. It checks that each
+// one's Idempotency-Key is "<withdrawal_id>:<status>" (SPEC.md, invariant 4).
+// (Package finance's own tests use this package, so it cannot call
+// finance.DedupKey.)
 type Finance struct {
 	URL string
 
@@ -240,8 +243,9 @@ func NewFinance(t testing.TB, secret string) *Finance {
 			return
 		}
 		var m withdrawal.Processed
-		if err := json.Unmarshal(body, &m); err != nil || r.Header.Get("Idempotency-Key") != m.WithdrawalID {
-			t.Errorf("finance: bad message %s (%v)", body, err)
+		key := r.Header.Get("Idempotency-Key")
+		if err := json.Unmarshal(body, &m); err != nil || m.WithdrawalID == "" || key != m.WithdrawalID+":"+string(m.Status) {
+			t.Errorf("finance: bad message %s under key %q (%v)", body, key, err)
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}

@@ -112,12 +112,13 @@ func TestFinanceStatuses(t *testing.T) {
 	f := fakes.NewFinance(t, "fin-secret")
 	for _, m := range []string{`{"withdrawal_id":"w1","status":"failed"}`, `{"withdrawal_id":"w1","status":"paid"}`, `{"withdrawal_id":"w2","status":"paid"}`} {
 		var v struct {
-			ID string `json:"withdrawal_id"`
+			ID     string `json:"withdrawal_id"`
+			Status string `json:"status"`
 		}
 		_ = json.Unmarshal([]byte(m), &v)
 		req, _ := http.NewRequest(http.MethodPost, f.URL, strings.NewReader(m))
 		req.Header.Set(signature.Header, signature.Sign([]byte("fin-secret"), time.Now(), []byte(m)))
-		req.Header.Set("Idempotency-Key", v.ID)
+		req.Header.Set("Idempotency-Key", v.ID+":"+v.Status)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

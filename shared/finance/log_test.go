@@ -32,8 +32,11 @@ func TestLogWritesOneJSONLinePerMessage(t *testing.T) {
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
 	}
+	keys := []string{"wd-1:paid", "wd-2:failed"}
 	for i, line := range lines {
+		// The message as every adapter sends it, then its key.
 		exact, _ := json.Marshal(want[i])
+		exact = append(bytes.TrimSuffix(exact, []byte("}")), `,"dedup_key":"`+keys[i]+`"}`...)
 		if !bytes.Equal(line, exact) {
 			t.Errorf("line %d = %s, want %s", i, line, exact)
 		}
@@ -101,6 +104,7 @@ func TestLogErrors(t *testing.T) {
 	}{
 		{"write fails", NewLog(failingWriter{}), message(t, "wd-1")},
 		{"no withdrawal id", NewLog(&bytes.Buffer{}), message(t, "")},
+		{"no status", NewLog(&bytes.Buffer{}), withdrawal.Processed{Type: withdrawal.ProcessedType, WithdrawalID: "wd-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -61,13 +61,14 @@ func TestSNSPublishes(t *testing.T) {
 				"type":          {"String", "payout.processed"},
 				"status":        {"String", "paid"},
 				"withdrawal_id": {"String", "wd-1"},
+				"dedup_key":     {"String", "wd-1:paid"},
 			}
 			if diff := cmp.Diff(wantAttrs, r.Attributes()); diff != "" {
 				t.Errorf("MessageAttributes (-want +got):\n%s", diff)
 			}
 			var wantGroup, wantDedup []string
 			if tt.fifo {
-				wantGroup, wantDedup = []string{"wd-1"}, []string{"wd-1"}
+				wantGroup, wantDedup = []string{"wd-1"}, []string{"wd-1:paid"}
 			}
 			if diff := cmp.Diff(wantGroup, r.Form["MessageGroupId"]); diff != "" {
 				t.Errorf("MessageGroupId (-want +got):\n%s", diff)

@@ -19,8 +19,9 @@ const DefaultWebhookTimeout = 10 * time.Second
 // zero Timeout means DefaultWebhookTimeout.
 type WebhookConfig = signedpost.WebhookConfig
 
-// Webhook POSTs each message, signed, to finance's URL. Anything but a 2xx
-// answer is an error, so the caller retries.
+// Webhook POSTs each message, signed, to finance's URL, with DedupKey as
+// its Idempotency-Key. Anything but a 2xx answer is an error, so the caller
+// retries.
 type Webhook struct {
 	endpoint *signedpost.Endpoint
 }
@@ -40,8 +41,9 @@ func (h *Webhook) Notify(ctx context.Context, m withdrawal.Processed) error {
 	if err != nil {
 		return err
 	}
-	if err := h.endpoint.Deliver(ctx, body, m.WithdrawalID); err != nil {
-		return fmt.Errorf("finance: webhook %s: %w", m.WithdrawalID, err)
+	key := DedupKey(m)
+	if err := h.endpoint.Deliver(ctx, body, key); err != nil {
+		return fmt.Errorf("finance: webhook %s: %w", key, err)
 	}
 	return nil
 }

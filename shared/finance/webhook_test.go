@@ -51,7 +51,7 @@ func TestWebhookSendsSignedMessage(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"Content-Type":    "application/json",
-		"Idempotency-Key": "wd-1",
+		"Idempotency-Key": "wd-1:paid",
 	} {
 		if got := r.Header.Get(name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)

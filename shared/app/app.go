@@ -337,7 +337,8 @@ func (a *App) OnScheduled(f func(time.Time)) { a.scheduled.Store(&f) }
 const itemsTTL = time.Second
 
 // Queues lists the delay queues the poller drains: withdrawals, and the order
-// queue of every registered flash-sale item.
+// queue of every registered flash-sale item (over every shard that may
+// still hold jobs).
 func (a *App) Queues(ctx context.Context) ([]*delayq.Queue, error) {
 	if err := a.refreshItems(ctx, false); err != nil {
 		return nil, err
@@ -360,16 +361,12 @@ func (a *App) refreshItems(ctx context.Context, force bool) error {
 	if fresh {
 		return nil
 	}
-	items, err := a.Items.Items(ctx)
+	all, err := a.Items.Queues(ctx)
 	if err != nil {
 		return err
 	}
-	qs := make(map[string]*delayq.Queue, len(items))
-	for item, shards := range items {
-		q, err := a.Items.Queue(item, shards)
-		if err != nil {
-			return err
-		}
+	qs := make(map[string]*delayq.Queue, len(all))
+	for _, q := range all {
 		qs[q.Name()] = q
 	}
 	a.mu.Lock()

@@ -28,7 +28,9 @@ const (
 // it: purchases still reserved long after admission (or their last
 // re-enqueue) whose order job is not in Redis are enqueued again, a few
 // times, then given up on; holds whose buyer died mid-purchase are settled or
-// given back; items long ended leave the poller's list.
+// given back; preheats whose container died or stalled past their deadline
+// are rolled forward (committed) or back; items long ended leave the
+// poller's list.
 //
 // A job that is not in Redis may be lost, dead, or in SQS (the AWS poller
 // acks a job once SQS holds it), and an order write may be slow or its
@@ -67,6 +69,12 @@ type Report struct {
 	// ExpiriesRequeued counts expiry jobs queued again (see expiry).
 	ExpiriesRequeued int `json:"expiries_requeued"`
 	Unregistered     int `json:"unregistered"`
+	// PreheatsRolledForward and PreheatsRolledBack count preheats past
+	// their deadline finished by the pass; StrayFreezes shards unfrozen
+	// whose preheat was no longer open.
+	PreheatsRolledForward int `json:"preheats_rolled_forward"`
+	PreheatsRolledBack    int `json:"preheats_rolled_back"`
+	StrayFreezes          int `json:"stray_freezes"`
 }
 
 func (c *Compensation) defaults() {
@@ -88,9 +96,9 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	var errs []error
-	for item, shards := range items {
-		if err := c.item(ctx, item, shards, now, &rep); err != nil {
+	errs := []error{c.preheats(ctx, now, items, &rep)}
+	for item, reg := range items {
+		if err := c.item(ctx, item, reg, now, &rep); err != nil {
 			errs = append(errs, fmt.Errorf("seckill: compensate %s: %w", item, err))
 		}
 	}
@@ -100,14 +108,19 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 	if rep != (Report{}) {
 		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released, "confirmed", rep.Confirmed,
 			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered,
-			"expiries_requeued", rep.ExpiriesRequeued)
+			"expiries_requeued", rep.ExpiriesRequeued,
+			"preheats_rolled_forward", rep.PreheatsRolledForward, "preheats_rolled_back", rep.PreheatsRolledBack,
+			"stray_freezes", rep.StrayFreezes)
 	}
 	return rep, errors.Join(errs...)
 }
 
-func (c *Compensation) item(ctx context.Context, item string, shards int, now time.Time, rep *Report) error {
-	metas, ok, err := c.Store.metas(ctx, item, shards)
+func (c *Compensation) item(ctx context.Context, item string, reg Registration, now time.Time, rep *Report) error {
+	metas, ok, err := c.Store.metas(ctx, item, reg.Shards)
 	if err != nil || !ok {
+		return err
+	}
+	if err := c.strayFreezes(ctx, item, metas, rep); err != nil {
 		return err
 	}
 	pending := int64(0)
@@ -118,7 +131,7 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 				return err
 			}
 		}
-		if err := c.holds(ctx, item, shards, n, now, rep); err != nil {
+		if err := c.holds(ctx, item, reg.Shards, n, now, rep); err != nil {
 			return err
 		}
 	}

@@ -15,11 +15,12 @@ import (
 //	                 stock - left - confirmed); and what preheats and the
 //	                 compensation pass mark: frozen (the version of the
 //	                 preheat under way that froze the shard), left_aside
-//	                 (the stock left while the shard is frozen: out of
-//	                 left:<version>, so admission finds none), fence
+//	                 (the stock left while the shard is frozen or retired:
+//	                 out of left:<version>, so admission finds none), fence
 //	                 (a preheat rolled back by another container may not
 //	                 freeze the shard again), dropped (the version of the
-//	                 preheat that left the shard without a sale)
+//	                 preheat that left the shard without a sale), retired
+//	                 (not polled: see retire.lua)
 //	<tag>:users      hash: user -> "<quantity>|<pid>@<shard>:<quantity>[!],..."
 //	                 (home shard only; shard "-" while held, "!" once released)
 //	<tag>:purchases  hash: purchase id -> record (see decodePurchase): the
@@ -42,6 +43,7 @@ import (
 //	<prefix>{sk:<item>}:preheat  the item's preheat intent (see preheat_begin.lua)
 //	<prefix>seckill:preheats   sorted set: items with a preheat intent, by its
 //	                           deadline (where the compensation pass looks)
+//	<prefix>{dq:seckill-events:<n>}:...  the events queue (EventsQueue)
 type shardKeys struct {
 	delayq.Keys
 	Meta, Users, Purchases, Holds string

@@ -34,21 +34,37 @@ var (
 	repairSrc string
 	//go:embed lua/end_order.lua
 	endOrderSrc string
+	//go:embed lua/enqueue_event.lua
+	enqueueEventSrc string
+	//go:embed lua/retire.lua
+	retireSrc string
+	//go:embed lua/registry_trim.lua
+	registryTrimSrc string
 
-	admitScript       = redis.NewScript(admitSrc)
-	takeScript        = redis.NewScript(takeSrc)
-	settleScript      = redis.NewScript(settleSrc)
-	unclaimScript     = redis.NewScript(unclaimSrc)
-	settleOrderScript = redis.NewScript(settleOrderSrc)
-	repairScript      = redis.NewScript(repairSrc)
-	endOrderScript    = redis.NewScript(endOrderSrc)
+	admitScript        = redis.NewScript(admitSrc)
+	takeScript         = redis.NewScript(takeSrc)
+	settleScript       = redis.NewScript(settleSrc)
+	unclaimScript      = redis.NewScript(unclaimSrc)
+	settleOrderScript  = redis.NewScript(settleOrderSrc)
+	repairScript       = redis.NewScript(repairSrc)
+	endOrderScript     = redis.NewScript(endOrderSrc)
+	enqueueEventScript = redis.NewScript(enqueueEventSrc)
+	retireScript       = redis.NewScript(retireSrc)
+	registryTrimScript = redis.NewScript(registryTrimSrc)
 )
+
+// EventsQueue is the always-polled queue of order events that can no longer
+// go on their item shard's own queue (the shard is retired: no longer
+// polled). Its job ids are "<item>|" and the event job (see eventJob).
+const EventsQueue = "seckill-events"
 
 // Store is the flash sale's Redis state: item shards, buyers, purchases,
 // holds and each item's order queue.
 type Store struct {
 	rdb    redis.Cmdable
 	prefix string
+	// eventShards is the shard count of the events queue.
+	eventShards int
 	// keyCache holds the key names of item shards seen, so the admission
 	// path does not build them again for every purchase.
 	keyCache sync.Map // shardRef -> shardKeys
@@ -59,10 +75,21 @@ type shardRef struct {
 	n    int
 }
 
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithEventShards splits the events queue over n shards (default 1). Like
+// any queue's, the count must not shrink while jobs wait in its shards.
+func WithEventShards(n int) StoreOption { return func(s *Store) { s.eventShards = max(n, 1) } }
+
 // NewStore returns the Store on rdb with key prefix (default "hg:").
-func NewStore(rdb redis.Cmdable, prefix string) *Store {
+func NewStore(rdb redis.Cmdable, prefix string, opts ...StoreOption) *Store {
 	prefix = cmp.Or(prefix, "hg:")
-	return &Store{rdb: rdb, prefix: prefix}
+	s := &Store{rdb: rdb, prefix: prefix, eventShards: 1}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Queue returns the order queue of an item with shards shards.
@@ -70,14 +97,24 @@ func (s *Store) Queue(item string, shards int) (*delayq.Queue, error) {
 	return delayq.New(s.rdb, delayq.Options{Prefix: s.prefix, Name: QueueName(item), Kind: JobKind, Shards: shards})
 }
 
+// EventsQueue returns the events queue (see EventsQueue).
+func (s *Store) EventsQueue() *delayq.Queue {
+	q, err := delayq.New(s.rdb, delayq.Options{Prefix: s.prefix, Name: EventsQueue, Kind: JobKind, Shards: s.eventShards})
+	if err != nil {
+		panic(err) // the options are ours and valid
+	}
+	return q
+}
+
 // Queues returns every queue of the flash sale the poller drains: each
-// registered item's order queue over its polled shards.
+// registered item's order queue over its polled shards, and the events
+// queue.
 func (s *Store) Queues(ctx context.Context) ([]*delayq.Queue, error) {
 	items, err := s.Items(ctx)
 	if err != nil {
 		return nil, err
 	}
-	qs := make([]*delayq.Queue, 0, len(items))
+	qs := make([]*delayq.Queue, 0, len(items)+1)
 	for item, reg := range items {
 		q, err := s.Queue(item, reg.Polled)
 		if err != nil {
@@ -85,7 +122,7 @@ func (s *Store) Queues(ctx context.Context) ([]*delayq.Queue, error) {
 		}
 		qs = append(qs, q)
 	}
-	return qs, nil
+	return append(qs, s.EventsQueue()), nil
 }
 
 func (s *Store) keys(item string, n int) shardKeys {
@@ -514,11 +551,23 @@ func (s *Store) endOrder(ctx context.Context, pur Purchase, to PurchaseStatus, n
 	return p, done, err
 }
 
-// enqueueEvent queues an event job of shard n, due at, unless it is queued.
+// enqueueEvent queues an event job of shard n, due at, unless it is
+// queued. A shard that is retired (no longer polled) refuses it; then it
+// goes to the events queue, which is always polled.
 func (s *Store) enqueueEvent(ctx context.Context, item string, n int, e eventJob) error {
 	k := s.keys(item, n)
-	if err := s.rdb.ZAddNX(ctx, k.Due, redis.Z{Score: float64(e.at.UnixMilli()), Member: e.String()}).Err(); err != nil {
+	job, at := e.String(), e.at.UnixMilli()
+	ok, err := enqueueEventScript.Run(ctx, s.rdb, []string{k.Meta, k.Due}, at, job).Int()
+	if err != nil {
 		return fmt.Errorf("seckill: queue event on %s: %w", k.Tag, err)
+	}
+	if ok == 1 {
+		return nil
+	}
+	q := s.EventsQueue()
+	ek := q.Keys(q.ShardFor(OrderID(e.job.pid)))
+	if err := s.rdb.ZAddNX(ctx, ek.Due, redis.Z{Score: float64(at), Member: item + "|" + job}).Err(); err != nil {
+		return fmt.Errorf("seckill: queue event on %s: %w", ek.Tag, err)
 	}
 	return nil
 }

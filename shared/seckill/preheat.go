@@ -499,6 +499,8 @@ func (c *Compensation) preheats(ctx context.Context, now time.Time, registered m
 // preheat that is no longer open: a freeze that reached Redis after its
 // preheat was rolled back (its call resent late). metas were read before
 // the intent: a shard frozen by an open preheat had its intent open then.
+// Nothing is fenced: the preheat ended, and a shard it froze and rolled
+// back meanwhile is left exactly as it was.
 func (c *Compensation) strayFreezes(ctx context.Context, item string, metas []shardMeta, rep *Report) error {
 	var frozen []int
 	for n, m := range metas {
@@ -517,7 +519,7 @@ func (c *Compensation) strayFreezes(ctx context.Context, item string, metas []sh
 		if open && in.item.Version == metas[n].frozen {
 			continue
 		}
-		if err := c.Store.unfreeze(ctx, item, n, metas[n].frozen, true); err != nil {
+		if err := c.Store.unfreeze(ctx, item, n, metas[n].frozen, false); err != nil {
 			return err
 		}
 		rep.StrayFreezes++

@@ -608,3 +608,45 @@ func TestStalledPreheatAppliesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestStrayFreezeIsUndone: a shard frozen by a preheat that is no longer
+// open (its freeze reached Redis after the preheat was rolled back: a call
+// resent late) refuses buyers only until the next compensation pass, which
+// puts it back as it was.
+func TestStrayFreezeIsUndone(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		store := seckill.NewStore(b.Client, "hg:")
+		svc := newService(t, store, clk)
+		if _, err := svc.Preheat(ctx, "phone", preheatBody(4, 2, 1)); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, b.Client, "phone", 2)
+		// What freeze.lua leaves on shard 1 for a later version.
+		meta := shardKeys("phone", 1).Key("meta")
+		m := before[1].Meta
+		stray, _ := strconv.ParseInt(m["version"], 10, 64)
+		stray += 5
+		if err := b.Client.HDel(ctx, meta, "left:"+m["version"]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Client.HSet(ctx, meta, "left_aside", m["left:"+m["version"]], "frozen", stray).Err(); err != nil {
+			t.Fatal(err)
+		}
+		bob := usersHomedAt("bob", 1, 2, 1)[0]
+		if _, err := svc.Purchase(ctx, "phone", bob, nil); !errors.Is(err, seckill.ErrPreheating) {
+			t.Fatalf("bob on the frozen shard: %v, want ErrPreheating", err)
+		}
+		comp := &seckill.Compensation{Store: store, Orders: ledger.NewRedisOrders(b.Client, "hg:"), Clock: clk, Log: quiet}
+		if rep, err := comp.Run(ctx, clk.Now()); err != nil || rep.StrayFreezes != 1 {
+			t.Fatalf("compensation: %+v %v, want the stray freeze undone", rep, err)
+		}
+		if diff := cmp.Diff(before, snapshot(t, b.Client, "phone", 2)); diff != "" {
+			t.Fatalf("the shard is not as it was (-before +after):\n%s", diff)
+		}
+		if _, err := svc.Purchase(ctx, "phone", bob, nil); err != nil {
+			t.Fatalf("bob once unfrozen: %v", err)
+		}
+	})
+}

@@ -394,7 +394,11 @@ func (s *Service) begin(ctx context.Context, it Item, now time.Time) (intent, er
 		switch code {
 		case beginDone:
 			in.item.Version = version
-			return in, s.cfg.Store.indexPreheat(ctx, it.ID, in.deadline)
+			if err := s.cfg.Store.indexPreheat(ctx, it.ID, in.deadline); err != nil {
+				s.abort(ctx, in)
+				return intent{}, err
+			}
+			return in, nil
 		case beginBusy:
 			return intent{}, ErrPreheatInProgress
 		}

@@ -111,7 +111,8 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Prices = withdrawal.Rules{Currencies: []string{"CNY", "USD", "EUR", "JPY"}, MaxAmount: decimal.NewFromInt(1_000_000)}
 	}
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 || cfg.PreheatTimeout <= 0 {
-		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
+		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s, preheat timeout %s",
+			cfg.Backlog, cfg.Hold, cfg.Memory, cfg.PreheatTimeout)
 	}
 	return &Service{cfg: cfg, items: map[string]itemEntry{}, memory: map[string]memoryEntry{},
 		buyers: map[string]map[string]bool{}}, nil

@@ -76,8 +76,8 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 	return a, func() { _ = rdb.Close() }, nil
 }
 
-// findQueue returns the queue named name: withdrawals, or sk:<item> of a
-// flash-sale item.
+// findQueue returns the queue named name: withdrawals, sk:<item> of a
+// flash-sale item, or the flash sale's seckill-events.
 func findQueue(ctx context.Context, a *app.App, name string) (*delayq.Queue, error) {
 	qs, err := a.Queues(ctx)
 	if err != nil {

@@ -32,7 +32,13 @@ poller hands it on at once) or drop it (purge).
 A payout job is safe to requeue: the payout step is idempotent (one provider
 call per withdrawal id, finance keyed by it), so a job that already did part
 of its work only finishes the rest. Purging a payout job does not touch the
-withdrawal: with the Redis ledger nothing will process it again.`,
+withdrawal: with the Redis ledger nothing will process it again.
+
+A flash-sale item's queue (sk:<item>) is listed while any of its shards holds
+a job, dead ones included: after the item is preheated again (with fewer
+shards too) and past its retention, it is not forgotten while a job waits
+here. Order events that arise once an item is forgotten (a late payment's
+refund) go to the seckill-events queue.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -113,7 +119,7 @@ job's id is the withdrawal id.`,
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&queue, "queue", "q", "", "only this queue (withdrawals, sk:<item>); default every queue")
+	cmd.Flags().StringVarP(&queue, "queue", "q", "", "only this queue (withdrawals, sk:<item>, seckill-events); default every queue")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 100, "how many jobs to list")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"jobs":[{"queue","shard","id","died_at"}]}`)
 	return cmd
@@ -231,7 +237,7 @@ func deadMoveCmd(op deadOp) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&queue, "queue", "q", withdrawal.QueueName, "the queue (withdrawals, sk:<item>)")
+	cmd.Flags().StringVarP(&queue, "queue", "q", withdrawal.QueueName, "the queue (withdrawals, sk:<item>, seckill-events)")
 	cmd.Flags().BoolVar(&all, "all", false, "every dead job of the queue")
 	cmd.Flags().IntVar(&batch, "batch", 500, "jobs moved per Lua script call with --all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, fmt.Sprintf(`print {"queue","%s":[ids],"not_dead":[ids]}`, op.done))

@@ -19,8 +19,9 @@ func peekCmd() *cobra.Command {
 		Use:   "peek <queue>",
 		Short: "List the next due jobs of a queue, without claiming them",
 		Long: `List the scheduled jobs of a queue that fall due first, over all its shards,
-earliest first. Nothing is claimed or changed. The queue is withdrawals, or
-sk:<item> (the order queue of a flash-sale item); hourglass stats lists them.
+earliest first. Nothing is claimed or changed. The queue is withdrawals,
+sk:<item> (the order queue of a flash-sale item) or seckill-events (order
+events of items no longer polled); hourglass stats lists them.
 A withdrawal job's id is the withdrawal id.`,
 		Example: `  hourglass peek withdrawals
   hourglass peek sk:phone-1 --limit 5 --json`,

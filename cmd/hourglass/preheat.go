@@ -112,6 +112,10 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 				return usagef("%s", strings.Join(msgs, "; "))
 			case errors.Is(err, seckill.ErrOrdersPending):
 				return fmt.Errorf("%s: admitted purchases still wait for their orders or their payment; preheat again once they are confirmed, paid, expired or released", args[0])
+			case errors.Is(err, seckill.ErrPreheatInProgress):
+				return fmt.Errorf("%s: another preheat of the item is under way; nothing was changed", args[0])
+			case errors.Is(err, seckill.ErrPreheatAbandoned):
+				return fmt.Errorf("%s: the preheat outlived its deadline and was finished by recovery (rolled back or forward); check the item with hourglass stats", args[0])
 			case err != nil:
 				return err
 			}

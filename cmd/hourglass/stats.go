@@ -25,7 +25,7 @@ func statsCmd() *cobra.Command {
 		Use:   "stats",
 		Short: "Show queue backlogs, lag, in-flight and dead jobs, and flash-sale stock",
 		Long: `Show what GET /v1/admin/stats answers, read straight from Redis: per queue
-(withdrawals, and sk:<item> for each flash-sale item) the scheduled jobs (due),
+(withdrawals, sk:<item> for each flash-sale item, seckill-events) the scheduled jobs (due),
 those already due (due now), how long the oldest due job has waited, the jobs
 claimed and not yet acked (in flight) and the dead ones; per flash-sale item the
 stock left, the units admitted, confirmed, awaiting payment, paid and expired.

@@ -226,8 +226,9 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
-		Items: seckill.NewStore(rdb, cfg.RedisPrefix), itemQueues: map[string]*delayq.Queue{},
-		Secrets: ConfiguredSecrets(cfg)}
+		Items:      seckill.NewStore(rdb, cfg.RedisPrefix, seckill.WithEventShards(cfg.QueueShards)),
+		itemQueues: map[string]*delayq.Queue{},
+		Secrets:    ConfiguredSecrets(cfg)}
 	rates, err := cfg.RateRules()
 	if err != nil {
 		return nil, err
@@ -336,8 +337,9 @@ func (a *App) OnScheduled(f func(time.Time)) { a.scheduled.Store(&f) }
 // queues) is trusted before it is read again.
 const itemsTTL = time.Second
 
-// Queues lists the delay queues the poller drains: withdrawals, and the order
-// queue of every registered flash-sale item.
+// Queues lists the delay queues the poller drains: withdrawals, the order
+// queue of every registered flash-sale item (over every shard that may
+// still hold jobs) and the flash sale's events queue.
 func (a *App) Queues(ctx context.Context) ([]*delayq.Queue, error) {
 	if err := a.refreshItems(ctx, false); err != nil {
 		return nil, err
@@ -360,16 +362,12 @@ func (a *App) refreshItems(ctx context.Context, force bool) error {
 	if fresh {
 		return nil
 	}
-	items, err := a.Items.Items(ctx)
+	all, err := a.Items.Queues(ctx)
 	if err != nil {
 		return err
 	}
-	qs := make(map[string]*delayq.Queue, len(items))
-	for item, shards := range items {
-		q, err := a.Items.Queue(item, shards)
-		if err != nil {
-			return err
-		}
+	qs := make(map[string]*delayq.Queue, len(all))
+	for _, q := range all {
 		qs[q.Name()] = q
 	}
 	a.mu.Lock()
@@ -635,7 +633,7 @@ func (a *App) emitQueueMetrics(ctx context.Context, now time.Time) error {
 	families := map[string]delayq.Stats{withdrawal.QueueName: {}, "seckill": {}}
 	for name, st := range snap.Queues {
 		family := withdrawal.QueueName
-		if strings.HasPrefix(name, seckill.QueuePrefix) {
+		if strings.HasPrefix(name, seckill.QueuePrefix) || name == seckill.EventsQueue {
 			family = "seckill"
 		}
 		f := families[family]

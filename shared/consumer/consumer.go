@@ -125,9 +125,13 @@ func Withdrawals(p *withdrawal.Processor) JobFunc {
 	}
 }
 
-// Orders returns the JobFunc of flash-sale order jobs.
+// Orders returns the JobFunc of flash-sale order jobs: those of an item's
+// order queue, and those of the events queue.
 func Orders(p *seckill.OrderProcessor) JobFunc {
 	return func(ctx context.Context, job delayq.Job) error {
+		if job.Queue == seckill.EventsQueue {
+			return p.ProcessEvent(ctx, job.ID)
+		}
 		item, ok := strings.CutPrefix(job.Queue, seckill.QueuePrefix)
 		if !ok || !seckill.ValidItemID(item) {
 			return fmt.Errorf("consumer: order job from queue %q", job.Queue)

@@ -34,6 +34,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -655,7 +656,8 @@ func wantStats(t *testing.T, s *stack, payload []byte, withdrawals map[string]an
 	if err := json.Unmarshal([]byte(resp.Body), &got); err != nil {
 		t.Fatalf("stats body: %v\n%s", err, resp.Body)
 	}
-	want := map[string]any{"queues": map[string]any{"withdrawals": withdrawals}, "items": map[string]any{}}
+	empty := map[string]any{"due": 0.0, "due_now": 0.0, "oldest_due_lag_ms": 0.0, "inflight": 0.0, "dead": 0.0}
+	want := map[string]any{"queues": map[string]any{"withdrawals": withdrawals, seckill.EventsQueue: empty}, "items": map[string]any{}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
@@ -688,7 +690,8 @@ func TestStatsTotalOverShards(t *testing.T) {
 		if lag < 5 || lag > maxLag {
 			t.Errorf("oldest_due_lag_ms %d, want 5..%d", lag, maxLag)
 		}
-		want := map[string]map[string]int64{"withdrawals": {"due": 9, "due_now": 1, "oldest_due_lag_ms": lag, "inflight": 0, "dead": 0}}
+		want := map[string]map[string]int64{"withdrawals": {"due": 9, "due_now": 1, "oldest_due_lag_ms": lag, "inflight": 0, "dead": 0},
+			seckill.EventsQueue: {"due": 0, "due_now": 0, "oldest_due_lag_ms": 0, "inflight": 0, "dead": 0}}
 		if diff := cmp.Diff(want, got.Queues); diff != "" {
 			t.Errorf("queues (-want +got):\n%s", diff)
 		}

@@ -316,7 +316,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeIdempotencyConflict, httpapi.CodeIdempotencyInFlight, httpapi.CodeNotCancellable,
 		httpapi.CodeNotReschedulable, httpapi.CodePreconditionFailed,
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
-		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
+		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodePreheatInProgress, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
 		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable, httpapi.CodePaymentMismatch,
 	}
 	slices.Sort(inSpec)

@@ -53,6 +53,7 @@ const (
 	CodeEnded                = "ended"
 	CodeBacklogFull          = "backlog_full"
 	CodeOrdersPending        = "orders_pending"
+	CodePreheatInProgress    = "preheat_in_progress"
 	CodeRateLimited          = "rate_limited"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
@@ -96,6 +97,7 @@ var titles = map[string]string{
 	CodeEnded:                "The sale has ended",
 	CodeBacklogFull:          "Too many orders waiting",
 	CodeOrdersPending:        "Admitted purchases still wait for their orders",
+	CodePreheatInProgress:    "Another preheat of the item is under way",
 	CodeRateLimited:          "Too many requests",
 	CodeUnavailable:          "Service temporarily unavailable",
 	CodeRateLimitUnavailable: "The rate limit cannot be checked",

@@ -84,6 +84,18 @@ func seckillProblem(err error) *Problem {
 	case errors.Is(err, seckill.ErrOrdersPending):
 		return NewProblem(http.StatusConflict, CodeOrdersPending,
 			"purchases of the current sale still wait for their orders; preheat again once they are confirmed or released")
+	case errors.Is(err, seckill.ErrPreheatInProgress):
+		return NewProblem(http.StatusConflict, CodePreheatInProgress,
+			"another preheat of the item is under way; nothing was changed: read the item, and preheat again if needed")
+	case errors.Is(err, seckill.ErrPreheating):
+		p := NewProblem(http.StatusServiceUnavailable, CodeUnavailable, "the item is being preheated again; retry shortly")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, seckill.ErrPreheatAbandoned):
+		p := NewProblem(http.StatusServiceUnavailable, CodeUnavailable,
+			"the preheat took longer than its deadline and was finished by recovery (rolled back or forward): read the item's state, and preheat again if needed")
+		p.RetryAfter = 1
+		return p
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
@@ -689,6 +691,43 @@ func busyItem(t *testing.T, s *saleStack, item string) {
 	s.buy(t, item, "user-other")
 }
 
+// preheatingItem is a live item that another container is preheating again
+// right now: its preheat intent open, its one shard frozen (as
+// preheat_begin.lua and freeze.lua leave them; see package seckill).
+func preheatingItem(t *testing.T, s *saleStack, item string) {
+	t.Helper()
+	s.open(t, item, 10, 1, 1)
+	ctx := context.Background()
+	meta := "hg:{dq:sk:" + item + ":0}:meta"
+	v, err := s.rdb.HGet(ctx, meta, "version").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _ := strconv.ParseInt(v, 10, 64)
+	next++
+	left, err := s.rdb.HGet(ctx, meta, "left:"+v).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := s.clk.Now().Add(time.Minute).UnixMilli()
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, "hg:{sk:"+item+"}:preheat", "phase", "freezing", "owner", "another", "version", next,
+			"deadline", deadline, "touched", 1, "shards", 1, "stock", 5, "starts", s.clk.Now().UnixMilli(),
+			"ends", s.clk.Now().Add(time.Hour).UnixMilli(), "limit", 1, "price", "", "currency", "", "window", 0, "last", next)
+		return nil
+	})
+	if err == nil {
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HDel(ctx, meta, "left:"+v)
+			p.HSet(ctx, meta, "left_aside", left, "frozen", next)
+			return nil
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func seckillProblemCases() []skCase {
 	unauthenticated := want{status: 401, code: "unauthenticated"}
 	forbidden := want{status: 403, code: "forbidden"}
@@ -779,6 +818,10 @@ func seckillProblemCases() []skCase {
 			want: want{status: 429, code: "backlog_full", retryAfter: true}},
 		{name: "preheat while purchases wait for their orders", prep: busyItem, req: preheatBody(okPreheat),
 			want: want{status: 409, code: "orders_pending"}},
+		{name: "preheat while another preheat is under way", prep: preheatingItem, req: preheatBody(okPreheat),
+			want: want{status: 409, code: "preheat_in_progress"}},
+		{name: "purchase while the item is being preheated", prep: preheatingItem, req: skReq("seckill-purchase"),
+			want: want{status: 503, code: "unavailable", retryAfter: true}},
 
 		// Unknown items and purchases.
 		{name: "unknown item: state", req: skReq("seckill-item"), want: notFound},

@@ -28,7 +28,10 @@ const (
 // it: purchases still reserved long after admission (or their last
 // re-enqueue) whose order job is not in Redis are enqueued again, a few
 // times, then given up on; holds whose buyer died mid-purchase are settled or
-// given back; items long ended leave the poller's list.
+// given back; preheats whose container died or stalled past their deadline
+// are rolled forward (committed) or back; shards no longer in a sale whose
+// order queue is empty, and items long ended whose every queue is empty
+// (dead jobs included), leave the poller's list.
 //
 // A job that is not in Redis may be lost, dead, or in SQS (the AWS poller
 // acks a job once SQS holds it), and an order write may be slow or its
@@ -66,7 +69,18 @@ type Report struct {
 	HoldsReturned int `json:"holds_returned"`
 	// ExpiriesRequeued counts expiry jobs queued again (see expiry).
 	ExpiriesRequeued int `json:"expiries_requeued"`
-	Unregistered     int `json:"unregistered"`
+	// Unregistered counts items forgotten: ended past their retention,
+	// every order queue empty.
+	Unregistered int `json:"unregistered"`
+	// ShardsRetired counts shards of a sale with fewer shards than an
+	// earlier one, taken out of polling once their queue was empty.
+	ShardsRetired int `json:"shards_retired"`
+	// PreheatsRolledForward and PreheatsRolledBack count preheats past
+	// their deadline finished by the pass; StrayFreezes shards unfrozen
+	// whose preheat was no longer open.
+	PreheatsRolledForward int `json:"preheats_rolled_forward"`
+	PreheatsRolledBack    int `json:"preheats_rolled_back"`
+	StrayFreezes          int `json:"stray_freezes"`
 }
 
 func (c *Compensation) defaults() {
@@ -88,9 +102,9 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	var errs []error
-	for item, shards := range items {
-		if err := c.item(ctx, item, shards, now, &rep); err != nil {
+	errs := []error{c.preheats(ctx, now, items, &rep)}
+	for item, reg := range items {
+		if err := c.item(ctx, item, reg, now, &rep); err != nil {
 			errs = append(errs, fmt.Errorf("seckill: compensate %s: %w", item, err))
 		}
 	}
@@ -100,14 +114,19 @@ func (c *Compensation) Run(ctx context.Context, now time.Time) (Report, error) {
 	if rep != (Report{}) {
 		c.Log.Info("flash-sale compensation", "requeued", rep.Requeued, "released", rep.Released, "confirmed", rep.Confirmed,
 			"holds_settled", rep.HoldsSettled, "holds_returned", rep.HoldsReturned, "unregistered", rep.Unregistered,
-			"expiries_requeued", rep.ExpiriesRequeued)
+			"expiries_requeued", rep.ExpiriesRequeued, "shards_retired", rep.ShardsRetired,
+			"preheats_rolled_forward", rep.PreheatsRolledForward, "preheats_rolled_back", rep.PreheatsRolledBack,
+			"stray_freezes", rep.StrayFreezes)
 	}
 	return rep, errors.Join(errs...)
 }
 
-func (c *Compensation) item(ctx context.Context, item string, shards int, now time.Time, rep *Report) error {
-	metas, ok, err := c.Store.metas(ctx, item, shards)
+func (c *Compensation) item(ctx context.Context, item string, reg Registration, now time.Time, rep *Report) error {
+	metas, ok, err := c.Store.metas(ctx, item, reg.Shards)
 	if err != nil || !ok {
+		return err
+	}
+	if err := c.strayFreezes(ctx, item, metas, rep); err != nil {
 		return err
 	}
 	pending := int64(0)
@@ -118,16 +137,61 @@ func (c *Compensation) item(ctx context.Context, item string, shards int, now ti
 				return err
 			}
 		}
-		if err := c.holds(ctx, item, shards, n, now, rep); err != nil {
+		if err := c.holds(ctx, item, reg.Shards, n, now, rep); err != nil {
 			return err
 		}
 	}
-	if pending == 0 && now.Sub(metas[0].ends) > c.Retention {
-		if err := c.Store.rdb.HDel(ctx, registryKey(c.Store.prefix), item).Err(); err != nil {
-			return err
+	// Past its retention the whole item may go; before, only the shards
+	// an earlier sale had beyond this one's.
+	forget := pending == 0 && now.Sub(metas[0].ends) > c.Retention
+	lowest := reg.Shards
+	if forget {
+		lowest = 0
+	}
+	return c.retire(ctx, item, reg, lowest, now, rep)
+}
+
+// retire takes the item's polled shards out of polling from the top down to
+// lowest, each once its order queue is empty (see retire.lua), and lowers
+// the registry's polled count past them; with every shard retired the item
+// is forgotten. The registry entry changes only if it is still the one
+// read: a preheat that registered meanwhile wins (it polls what it touched,
+// and resets its shards, which ends their retirement).
+func (c *Compensation) retire(ctx context.Context, item string, reg Registration, lowest int, now time.Time, rep *Report) error {
+	polled := reg.Polled
+	for polled > lowest {
+		k := c.Store.keys(item, polled-1)
+		ok, err := retireScript.Run(ctx, c.Store.rdb, []string{k.Meta, k.Due, k.Inflight, k.Dead, k.Holds}, now.UnixMilli()).Int()
+		if err != nil {
+			return fmt.Errorf("seckill: retire %s: %w", k.Tag, err)
 		}
+		if ok != 1 {
+			break
+		}
+		polled--
+	}
+	if polled == reg.Polled {
+		return nil
+	}
+	to := ""
+	if polled > 0 {
+		next := reg
+		next.Polled = max(polled, reg.Shards)
+		if next.Polled == reg.Polled {
+			return nil // sale shards retired, the item not yet forgotten: the next pass goes on
+		}
+		to = next.String()
+	}
+	ok, err := registryTrimScript.Run(ctx, c.Store.rdb, []string{registryKey(c.Store.prefix)}, item, reg.entry, to).Int()
+	if err != nil || ok != 1 {
+		return err
+	}
+	if to == "" {
 		rep.Unregistered++
+		c.Log.Info("item forgotten: ended past its retention, every order queue empty", "item_id", item)
+		return nil
 	}
+	rep.ShardsRetired += reg.Polled - polled
 	return nil
 }
 

@@ -12,7 +12,15 @@ import (
 //	                 left:<version> (the stock left under that version),
 //	                 confirmed, released (units admitted are
 //	                 stock - left + released; units waiting for their order
-//	                 stock - left - confirmed)
+//	                 stock - left - confirmed); and what preheats and the
+//	                 compensation pass mark: frozen (the version of the
+//	                 preheat under way that froze the shard), left_aside
+//	                 (the stock left while the shard is frozen or retired:
+//	                 out of left:<version>, so admission finds none), fence
+//	                 (a preheat rolled back by another container may not
+//	                 freeze the shard again), dropped (the version of the
+//	                 preheat that left the shard without a sale), retired
+//	                 (not polled: see retire.lua)
 //	<tag>:users      hash: user -> "<quantity>|<pid>@<shard>:<quantity>[!],..."
 //	                 (home shard only; shard "-" while held, "!" once released)
 //	<tag>:purchases  hash: purchase id -> record (see decodePurchase): the
@@ -23,8 +31,19 @@ import (
 //	<tag>:due, :inflight, :dead   the order queue shard (package delayq); an
 //	                 order job is "<pid>|<quantity>|<home>|<user>"
 //
-// The registry (one key, outside any item's slot) lists the items and their
-// shard counts: <prefix>seckill:items, hash item -> shards.
+// Outside any shard's slot:
+//
+//	<prefix>seckill:items      the registry, hash item -> "<shards>/<polled>/<version>":
+//	                           the sale's shard count, the shards whose order
+//	                           queues the poller drains (more than the sale's
+//	                           while shards of an earlier sale still hold
+//	                           jobs), the version of the preheat that
+//	                           registered it (an entry of the first layout
+//	                           is "<shards>")
+//	<prefix>{sk:<item>}:preheat  the item's preheat intent (see preheat_begin.lua)
+//	<prefix>seckill:preheats   sorted set: items with a preheat intent, by its
+//	                           deadline (where the compensation pass looks)
+//	<prefix>{dq:seckill-events:<n>}:...  the events queue (EventsQueue)
 type shardKeys struct {
 	delayq.Keys
 	Meta, Users, Purchases, Holds string
@@ -39,3 +58,7 @@ func newShardKeys(k delayq.Keys) shardKeys {
 }
 
 func registryKey(prefix string) string { return prefix + "seckill:items" }
+
+func intentKey(prefix, item string) string { return prefix + "{sk:" + item + "}:preheat" }
+
+func intentIndexKey(prefix string) string { return prefix + "seckill:preheats" }

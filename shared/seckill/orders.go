@@ -381,6 +381,16 @@ func (p *OrderProcessor) follow(ctx context.Context, pur Purchase, end OrderEnd,
 	return nil
 }
 
+// ProcessEvent runs job jobID of the events queue (EventsQueue):
+// "<item>|" and an event job, published as publish does.
+func (p *OrderProcessor) ProcessEvent(ctx context.Context, jobID string) error {
+	item, job, ok := strings.Cut(jobID, "|")
+	if !ok || !ValidItemID(item) {
+		return fmt.Errorf("%w: events queue job %q", ErrBadOrderJob, jobID)
+	}
+	return p.publish(ctx, item, job)
+}
+
 // publish runs event job jobID: the event goes to the Publisher; an error
 // leaves the job to be delivered again.
 func (p *OrderProcessor) publish(ctx context.Context, item, jobID string) error {

@@ -298,25 +298,32 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 	})
 }
 
-// TestRetriedPreheatKeepsWhatFollowed: a preheat script whose reply was
-// lost is run again by go-redis, maybe after buyers were admitted under the
-// new version. The retry must neither drop them nor fail the preheat
-// (orders pending) that happened.
+// TestRetriedPreheatKeepsWhatFollowed: a preheat's reset script whose
+// reply was lost is run again by go-redis (or by another container rolling
+// the preheat forward), maybe after buyers were admitted under the new
+// version. The retry must neither drop them nor fail the preheat that
+// happened.
 func TestRetriedPreheatKeepsWhatFollowed(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newProtoEnv(t, b, 3, 1)
 		it := Item{ID: "phone", Stock: 5, StartsAt: p0, EndsAt: p0.Add(time.Hour), PerUserLimit: 1, Shards: 1,
 			Version: e.version(t, ctx) + 1}
-		if ok, err := e.store.preheatShard(ctx, it, 0, 5); err != nil || !ok {
-			t.Fatalf("preheat: %t %v", ok, err)
+		if code, err := e.store.freeze(ctx, "phone", 0, it.Version); err != nil || code != freezeDone {
+			t.Fatalf("freeze: %d %v", code, err)
+		}
+		if ok, err := e.store.reset(ctx, it, 0); err != nil || !ok {
+			t.Fatalf("reset: %t %v", ok, err)
 		}
 		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := e.store.preheatShard(ctx, it, 0, 5); err != nil || !ok {
-			t.Fatalf("the retried preheat: %t %v, want it done", ok, err)
+		if ok, err := e.store.reset(ctx, it, 0); err != nil || !ok {
+			t.Fatalf("the retried reset: %t %v, want it done", ok, err)
+		}
+		if code, err := e.store.freeze(ctx, "phone", 0, it.Version); err != nil || code != freezePast {
+			t.Fatalf("a freeze of the version again: %d %v, want it refused", code, err)
 		}
 		if st, _ := e.store.Stats(ctx); st["phone"].StockLeft != 4 || st["phone"].Admitted != 1 {
 			t.Fatalf("stats after the retry %+v", st["phone"])

@@ -165,6 +165,16 @@ var (
 	// ErrOrdersPending: a preheat would drop admitted purchases whose order
 	// is not made yet.
 	ErrOrdersPending = errors.New("seckill: admitted purchases still wait for their orders")
+	// ErrPreheatInProgress: another preheat of the item is under way; the
+	// preheat changed nothing.
+	ErrPreheatInProgress = errors.New("seckill: another preheat of the item is under way")
+	// ErrPreheatAbandoned: the preheat outlived its deadline and another
+	// container finished it: rolled back, or rolled forward and maybe
+	// followed by a later preheat. The item's state says which.
+	ErrPreheatAbandoned = errors.New("seckill: the preheat outlived its deadline and was finished by another container")
+	// ErrPreheating: a purchase reached a shard frozen by a preheat under
+	// way; it changed nothing and may be retried shortly.
+	ErrPreheating = errors.New("seckill: the item is being preheated; retry shortly")
 	// ErrBadOrderJob: an order job id this version cannot read.
 	ErrBadOrderJob = errors.New("seckill: unreadable order job")
 	// ErrPermanent marks an order that can never be created.

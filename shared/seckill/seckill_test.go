@@ -322,13 +322,17 @@ func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 		if _, err := e.buy("phone", "alice", 1); err != nil {
 			t.Fatalf("alice in the new sale: %v", err)
 		}
-		// From 2 shards back to 1: the dropped shard's keys go.
+		// From 2 shards back to 1: the dropped shard holds no sale any more,
+		// and stays polled (its queue may hold jobs of the earlier sale).
 		e.drainOrders(t, "phone", 2)
 		if _, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":3,"ends_at":"2026-11-29T12:00:00Z"}`)); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := b.Client.Exists(ctx, delayq.KeysOf("hg:", "sk:phone", 1).Key("meta")).Result(); n != 0 {
-			t.Fatal("the dropped shard's meta is still there")
+		if m, _ := b.Client.HGetAll(ctx, delayq.KeysOf("hg:", "sk:phone", 1).Key("meta")).Result(); m["version"] != "" || m["dropped"] == "" {
+			t.Fatalf("the dropped shard's meta: %v, want no sale, dropped", m)
+		}
+		if reg, err := e.store.Items(ctx); err != nil || reg["phone"].Shards != 1 || reg["phone"].Polled != 2 {
+			t.Fatalf("registered %+v %v, want a sale of 1 shard, 2 polled", reg["phone"], err)
 		}
 		if st := e.stats(t, "phone"); st.StockLeft != 3 {
 			t.Fatalf("after shrinking: %+v", st)

@@ -33,6 +33,12 @@ const (
 	// older version is refused by the script and retried, so staleness
 	// costs a round trip, never correctness).
 	settingsTTL = time.Second
+	// DefaultPreheatTimeout is how long a preheat may take before another
+	// container (the next preheat of the item, the compensation pass) may
+	// finish it or undo it: far longer than the few round trips it needs,
+	// short enough that shards frozen by a container that died are not
+	// refusing buyers for long.
+	DefaultPreheatTimeout = 30 * time.Second
 )
 
 // Config configures a Service.
@@ -57,6 +63,8 @@ type Config struct {
 	// amount rules: HOURGLASS_CURRENCIES, HOURGLASS_MAX_AMOUNT); zero means
 	// CNY, USD, EUR and JPY up to 1,000,000.
 	Prices withdrawal.Rules
+	// PreheatTimeout is a preheat's deadline (DefaultPreheatTimeout).
+	PreheatTimeout time.Duration
 }
 
 // Service is the flash-sale API: preheat, item state, purchase, own purchase.
@@ -98,11 +106,13 @@ func NewService(cfg Config) (*Service, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Backlog = cmp.Or(cfg.Backlog, DefaultBacklog)
 	cfg.Hold = cmp.Or(cfg.Hold, DefaultHold)
+	cfg.PreheatTimeout = cmp.Or(cfg.PreheatTimeout, DefaultPreheatTimeout)
 	if len(cfg.Prices.Currencies) == 0 {
 		cfg.Prices = withdrawal.Rules{Currencies: []string{"CNY", "USD", "EUR", "JPY"}, MaxAmount: decimal.NewFromInt(1_000_000)}
 	}
-	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 {
-		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s", cfg.Backlog, cfg.Hold, cfg.Memory)
+	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 || cfg.PreheatTimeout <= 0 {
+		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s, preheat timeout %s",
+			cfg.Backlog, cfg.Hold, cfg.Memory, cfg.PreheatTimeout)
 	}
 	return &Service{cfg: cfg, items: map[string]itemEntry{}, memory: map[string]memoryEntry{},
 		buyers: map[string]map[string]bool{}}, nil
@@ -186,63 +196,6 @@ func (s *Service) forget(item string, version int64) {
 		delete(s.buyers, item)
 	}
 	s.mu.Unlock()
-}
-
-// Preheat sets up (or resets) a sale from an admin's request body: the stock
-// split over its shards, the window and the per-user limit. Buyers and
-// purchases of an earlier sale of the item are dropped, which is refused with
-// ErrOrdersPending while any of them still waits for its order.
-func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (State, error) {
-	now := s.cfg.Clock.Now().UTC()
-	it, err := parsePreheat(itemID, body, now, s.cfg.Prices)
-	if err != nil {
-		return State{}, err
-	}
-	old, err := s.cfg.Store.Shards(ctx, it.ID)
-	if err != nil {
-		return State{}, err
-	}
-	it.Version = now.UnixMilli()
-	if old > 0 {
-		metas, ok, err := s.cfg.Store.metas(ctx, it.ID, old)
-		if err != nil {
-			return State{}, err
-		}
-		for _, m := range metas {
-			if ok && m.pending() > 0 {
-				return State{}, ErrOrdersPending
-			}
-			if m.version >= it.Version {
-				it.Version = m.version + 1
-			}
-		}
-	}
-	base, extra := it.Stock/int64(it.Shards), it.Stock%int64(it.Shards)
-	for n := range max(it.Shards, old) {
-		stock := base
-		if int64(n) < extra {
-			stock++
-		}
-		shard := it
-		if n >= it.Shards {
-			shard.Shards = 0 // the item has fewer shards now: drop this one
-		}
-		ok, err := s.cfg.Store.preheatShard(ctx, shard, n, stock)
-		if err != nil {
-			return State{}, err
-		}
-		if !ok {
-			return State{}, ErrOrdersPending
-		}
-	}
-	if err := s.cfg.Store.register(ctx, it.ID, it.Shards); err != nil {
-		return State{}, err
-	}
-	s.forget(it.ID, 0)
-	s.cfg.Logger.Info("item preheated", "item_id", it.ID, "stock", it.Stock, "shards", it.Shards,
-		"per_user_limit", it.PerUserLimit, "starts_at", clock.Format(it.StartsAt), "ends_at", clock.Format(it.EndsAt),
-		"version", it.Version, "price", it.Price.String(), "currency", it.Currency, "payment_window", it.Window.String())
-	return s.State(ctx, it.ID)
 }
 
 // State returns an item's public state.
@@ -388,7 +341,7 @@ var refusalReasons = []struct {
 	reason string
 }{
 	{ErrSoldOut, "sold_out"}, {ErrAlreadyPurchased, "already_purchased"}, {ErrNotStarted, "not_started"},
-	{ErrEnded, "ended"}, {ErrBacklogFull, "backlog_full"},
+	{ErrEnded, "ended"}, {ErrBacklogFull, "backlog_full"}, {ErrPreheating, "preheating"},
 }
 
 func (s *Service) countRefusal(err error) {
@@ -424,6 +377,8 @@ func (s *Service) refusalErr(item string, res admission, now time.Time) error {
 		return ErrSoldOut
 	case codeTooMany:
 		return validation.New("quantity", "must be at most the per-user limit of %d", res.extra)
+	case codeFrozen:
+		return ErrPreheating
 	}
 	return fmt.Errorf("seckill: unexpected admission answer %d", res.code)
 }
@@ -456,12 +411,17 @@ func (s *Service) borrow(ctx context.Context, a attempt, homeEmpty bool) (Purcha
 			empty = empty && res.extra == 0
 			continue
 		}
-		// Ended, re-preheated or past the hold: no stock will be found.
+		// Ended, re-preheated (or being preheated) or past the hold: no
+		// stock will be found.
 		if _, err := s.cfg.Store.unclaim(ctx, a.item, a.home, a.user, a.pid, a.qty, true); err != nil {
 			return Purchase{}, err
 		}
-		if res.code == codeEnded {
+		switch res.code {
+		case codeEnded:
 			return Purchase{}, s.refusal(a.item, admission{code: codeEnded, version: a.version}, a.now)
+		case codeFrozen:
+			s.countRefusal(ErrPreheating)
+			return Purchase{}, ErrPreheating
 		}
 		return Purchase{}, ErrSoldOut
 	}

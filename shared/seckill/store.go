@@ -32,26 +32,39 @@ var (
 	settleOrderSrc string
 	//go:embed lua/repair.lua
 	repairSrc string
-	//go:embed lua/preheat.lua
-	preheatSrc string
 	//go:embed lua/end_order.lua
 	endOrderSrc string
+	//go:embed lua/enqueue_event.lua
+	enqueueEventSrc string
+	//go:embed lua/retire.lua
+	retireSrc string
+	//go:embed lua/registry_trim.lua
+	registryTrimSrc string
 
-	admitScript       = redis.NewScript(admitSrc)
-	takeScript        = redis.NewScript(takeSrc)
-	settleScript      = redis.NewScript(settleSrc)
-	unclaimScript     = redis.NewScript(unclaimSrc)
-	settleOrderScript = redis.NewScript(settleOrderSrc)
-	repairScript      = redis.NewScript(repairSrc)
-	preheatScript     = redis.NewScript(preheatSrc)
-	endOrderScript    = redis.NewScript(endOrderSrc)
+	admitScript        = redis.NewScript(admitSrc)
+	takeScript         = redis.NewScript(takeSrc)
+	settleScript       = redis.NewScript(settleSrc)
+	unclaimScript      = redis.NewScript(unclaimSrc)
+	settleOrderScript  = redis.NewScript(settleOrderSrc)
+	repairScript       = redis.NewScript(repairSrc)
+	endOrderScript     = redis.NewScript(endOrderSrc)
+	enqueueEventScript = redis.NewScript(enqueueEventSrc)
+	retireScript       = redis.NewScript(retireSrc)
+	registryTrimScript = redis.NewScript(registryTrimSrc)
 )
+
+// EventsQueue is the always-polled queue of order events that can no longer
+// go on their item shard's own queue (the shard is retired: no longer
+// polled). Its job ids are "<item>|" and the event job (see eventJob).
+const EventsQueue = "seckill-events"
 
 // Store is the flash sale's Redis state: item shards, buyers, purchases,
 // holds and each item's order queue.
 type Store struct {
 	rdb    redis.Cmdable
 	prefix string
+	// eventShards is the shard count of the events queue.
+	eventShards int
 	// keyCache holds the key names of item shards seen, so the admission
 	// path does not build them again for every purchase.
 	keyCache sync.Map // shardRef -> shardKeys
@@ -62,15 +75,54 @@ type shardRef struct {
 	n    int
 }
 
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithEventShards splits the events queue over n shards (default 1). Like
+// any queue's, the count must not shrink while jobs wait in its shards.
+func WithEventShards(n int) StoreOption { return func(s *Store) { s.eventShards = max(n, 1) } }
+
 // NewStore returns the Store on rdb with key prefix (default "hg:").
-func NewStore(rdb redis.Cmdable, prefix string) *Store {
+func NewStore(rdb redis.Cmdable, prefix string, opts ...StoreOption) *Store {
 	prefix = cmp.Or(prefix, "hg:")
-	return &Store{rdb: rdb, prefix: prefix}
+	s := &Store{rdb: rdb, prefix: prefix, eventShards: 1}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Queue returns the order queue of an item with shards shards.
 func (s *Store) Queue(item string, shards int) (*delayq.Queue, error) {
 	return delayq.New(s.rdb, delayq.Options{Prefix: s.prefix, Name: QueueName(item), Kind: JobKind, Shards: shards})
+}
+
+// EventsQueue returns the events queue (see EventsQueue).
+func (s *Store) EventsQueue() *delayq.Queue {
+	q, err := delayq.New(s.rdb, delayq.Options{Prefix: s.prefix, Name: EventsQueue, Kind: JobKind, Shards: s.eventShards})
+	if err != nil {
+		panic(err) // the options are ours and valid
+	}
+	return q
+}
+
+// Queues returns every queue of the flash sale the poller drains: each
+// registered item's order queue over its polled shards, and the events
+// queue.
+func (s *Store) Queues(ctx context.Context) ([]*delayq.Queue, error) {
+	items, err := s.Items(ctx)
+	if err != nil {
+		return nil, err
+	}
+	qs := make([]*delayq.Queue, 0, len(items)+1)
+	for item, reg := range items {
+		q, err := s.Queue(item, reg.Polled)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+	}
+	return append(qs, s.EventsQueue()), nil
 }
 
 func (s *Store) keys(item string, n int) shardKeys {
@@ -128,32 +180,77 @@ func (s *Store) settings(ctx context.Context, item string) (settings, error) {
 		window: time.Duration(num(7)) * time.Millisecond}, nil
 }
 
-// Shards returns the registered shard count of item, 0 if it is unknown.
-func (s *Store) Shards(ctx context.Context, item string) (int, error) {
-	v, err := s.rdb.HGet(ctx, registryKey(s.prefix), item).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("seckill: look up %s: %w", item, err)
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("seckill: registry entry of %s: %q", item, v)
-	}
-	return n, nil
+// Registration is an item as the registry lists it.
+type Registration struct {
+	// Shards is the sale's shard count; Polled the shards whose order
+	// queues the poller drains (at least Shards: more while shards of an
+	// earlier sale may still hold jobs); Version the preheat's that
+	// registered it (0 for an entry of the first layout).
+	Shards, Polled int
+	Version        int64
+	// entry is the registry's value as read, for a compare and set.
+	entry string
 }
 
-// Items returns every registered item with its shard count.
-func (s *Store) Items(ctx context.Context) (map[string]int, error) {
+// parseRegistration reads "<shards>/<polled>/<version>", or "<shards>".
+func parseRegistration(v string) (Registration, bool) {
+	r := Registration{entry: v}
+	f := strings.Split(v, "/")
+	var err error
+	switch len(f) {
+	case 1:
+		r.Shards, err = strconv.Atoi(f[0])
+		r.Polled = r.Shards
+	case 3:
+		var e1, e2 error
+		r.Shards, err = strconv.Atoi(f[0])
+		r.Polled, e1 = strconv.Atoi(f[1])
+		r.Version, e2 = strconv.ParseInt(f[2], 10, 64)
+		err = errors.Join(err, e1, e2)
+	default:
+		return r, false
+	}
+	return r, err == nil && r.Shards > 0 && r.Polled >= r.Shards && r.Polled <= MaxShards
+}
+
+func (r Registration) String() string {
+	return strconv.Itoa(r.Shards) + "/" + strconv.Itoa(r.Polled) + "/" + strconv.FormatInt(r.Version, 10)
+}
+
+// Registration returns item's registry entry; the zero Registration if the
+// item is not registered.
+func (s *Store) Registration(ctx context.Context, item string) (Registration, error) {
+	v, err := s.rdb.HGet(ctx, registryKey(s.prefix), item).Result()
+	if errors.Is(err, redis.Nil) {
+		return Registration{}, nil
+	}
+	if err != nil {
+		return Registration{}, fmt.Errorf("seckill: look up %s: %w", item, err)
+	}
+	r, ok := parseRegistration(v)
+	if !ok {
+		return Registration{}, fmt.Errorf("seckill: registry entry of %s: %q", item, v)
+	}
+	return r, nil
+}
+
+// Shards returns the registered shard count of item's sale, 0 if it is
+// unknown.
+func (s *Store) Shards(ctx context.Context, item string) (int, error) {
+	r, err := s.Registration(ctx, item)
+	return r.Shards, err
+}
+
+// Items returns every registered item.
+func (s *Store) Items(ctx context.Context) (map[string]Registration, error) {
 	all, err := s.rdb.HGetAll(ctx, registryKey(s.prefix)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("seckill: list items: %w", err)
 	}
-	out := make(map[string]int, len(all))
+	out := make(map[string]Registration, len(all))
 	for item, v := range all {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			out[item] = n
+		if r, ok := parseRegistration(v); ok {
+			out[item] = r
 		}
 	}
 	return out, nil
@@ -167,6 +264,9 @@ type shardMeta struct {
 	limit                           int
 	stock, left, confirmd, released int64
 	awaiting, paid, expired         int64
+	// What preheats and the compensation pass mark (see keys.go).
+	frozen, fence, dropped int64
+	retired                bool
 }
 
 // admitted is the units admitted: every unit that left the stock, less
@@ -184,8 +284,23 @@ func (m shardMeta) unordered() int64 { return m.pending() - m.awaiting }
 func leftField(version int64) string { return "left:" + strconv.FormatInt(version, 10) }
 
 // metas reads the meta of every shard of item, in one pipelined round trip.
-// A shard without meta gives ok=false.
+// A shard without a sale gives ok=false.
 func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta, bool, error) {
+	out, err := s.rawMetas(ctx, item, shards)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, m := range out {
+		if m.version == 0 {
+			return nil, false, nil
+		}
+	}
+	return out, true, nil
+}
+
+// rawMetas reads the meta of shards 0..shards-1 of item, with or without a
+// sale, in one pipelined round trip.
+func (s *Store) rawMetas(ctx context.Context, item string, shards int) ([]shardMeta, error) {
 	cmds := make([]*redis.MapStringStringCmd, shards)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n := range shards {
@@ -194,14 +309,11 @@ func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta
 		return nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("seckill: read %s: %w", item, err)
+		return nil, fmt.Errorf("seckill: read %s: %w", item, err)
 	}
 	out := make([]shardMeta, shards)
 	for n, c := range cmds {
 		m := c.Val()
-		if m["version"] == "" {
-			return nil, false, nil
-		}
 		num := func(f string) int64 {
 			v, _ := strconv.ParseInt(m[f], 10, 64)
 			return v
@@ -212,9 +324,13 @@ func (s *Store) metas(ctx context.Context, item string, shards int) ([]shardMeta
 			ends: time.UnixMilli(num("ends")).UTC(), limit: int(num("limit")), stock: num("stock"),
 			left: num(leftField(version)), confirmd: num("confirmed"), released: num("released"),
 			awaiting: num("awaiting"), paid: num("paid"), expired: num("expired"),
+			frozen: num("frozen"), fence: num("fence"), dropped: num("dropped"), retired: m["retired"] != "",
+		}
+		if out[n].frozen != 0 || out[n].retired {
+			out[n].left = num("left_aside") // moved aside: see freeze.lua
 		}
 	}
-	return out, true, nil
+	return out, nil
 }
 
 // admission is the answer of the admit and take scripts.
@@ -236,6 +352,7 @@ const (
 	codeHold         = 8
 	codeHoldExpired  = 9
 	codeTooMany      = 10
+	codeFrozen       = 11
 )
 
 // decodeAdmission reads a script's {code, [version,] [extra]}; extra is -1
@@ -434,11 +551,23 @@ func (s *Store) endOrder(ctx context.Context, pur Purchase, to PurchaseStatus, n
 	return p, done, err
 }
 
-// enqueueEvent queues an event job of shard n, due at, unless it is queued.
+// enqueueEvent queues an event job of shard n, due at, unless it is
+// queued. A shard that is retired (no longer polled) refuses it; then it
+// goes to the events queue, which is always polled.
 func (s *Store) enqueueEvent(ctx context.Context, item string, n int, e eventJob) error {
 	k := s.keys(item, n)
-	if err := s.rdb.ZAddNX(ctx, k.Due, redis.Z{Score: float64(e.at.UnixMilli()), Member: e.String()}).Err(); err != nil {
+	job, at := e.String(), e.at.UnixMilli()
+	ok, err := enqueueEventScript.Run(ctx, s.rdb, []string{k.Meta, k.Due}, at, job).Int()
+	if err != nil {
 		return fmt.Errorf("seckill: queue event on %s: %w", k.Tag, err)
+	}
+	if ok == 1 {
+		return nil
+	}
+	q := s.EventsQueue()
+	ek := q.Keys(q.ShardFor(OrderID(e.job.pid)))
+	if err := s.rdb.ZAddNX(ctx, ek.Due, redis.Z{Score: float64(at), Member: item + "|" + job}).Err(); err != nil {
+		return fmt.Errorf("seckill: queue event on %s: %w", ek.Tag, err)
 	}
 	return nil
 }
@@ -619,31 +748,6 @@ func jobOf(p Purchase) orderJob {
 	return orderJob{pid: p.ID, qty: p.Quantity, home: p.Home, user: p.UserID}
 }
 
-// preheatShard resets shard n of item (it.Shards 0 drops the shard). It returns false
-// when orders are pending there.
-func (s *Store) preheatShard(ctx context.Context, it Item, n int, stock int64) (bool, error) {
-	k := s.keys(it.ID, n)
-	price := ""
-	if it.Currency != "" {
-		price = it.Price.String()
-	}
-	ok, err := preheatScript.Run(ctx, s.rdb,
-		[]string{k.Meta, k.Users, k.Purchases, k.Holds, k.Due, k.Inflight, k.Dead},
-		it.Version, it.Shards, it.StartsAt.UnixMilli(), it.EndsAt.UnixMilli(), it.PerUserLimit, stock,
-		price, it.Currency, it.Window.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("seckill: preheat %s: %w", k.Tag, err)
-	}
-	return ok == 1, nil
-}
-
-func (s *Store) register(ctx context.Context, item string, shards int) error {
-	if err := s.rdb.HSet(ctx, registryKey(s.prefix), item, shards).Err(); err != nil {
-		return fmt.Errorf("seckill: register %s: %w", item, err)
-	}
-	return nil
-}
-
 // ItemStats are an item's counters, summed over its shards.
 type ItemStats struct {
 	StockLeft int64 `json:"stock_left"`
@@ -662,8 +766,8 @@ func (s *Store) Stats(ctx context.Context) (map[string]ItemStats, error) {
 		return nil, err
 	}
 	out := make(map[string]ItemStats, len(items))
-	for item, shards := range items {
-		metas, ok, err := s.metas(ctx, item, shards)
+	for item, reg := range items {
+		metas, ok, err := s.metas(ctx, item, reg.Shards)
 		if err != nil {
 			return nil, err
 		}

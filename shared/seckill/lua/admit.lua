@@ -19,6 +19,10 @@
 --     so), is four commands: ZCARD, HINCRBY, HSETNX, ZADD. Anything else undoes
 --     the HINCRBY and takes the general path, which reads the settings of
 --     the item's version from its meta;
+--   * a shard frozen by a preheat under way (freeze.lua) or retired
+--     (retire.lua) has its stock left moved aside, out of "left:<version>":
+--     the common path finds no stock there and falls through, at no cost
+--     to the common case, to the general path, which refuses;
 --   * ZCARD counts every job of the order queue, due or not: below the
 --     backlog limit it proves room in O(1); only at or above it (a backlog
 --     near full, or many payment-expiry jobs due later) are the jobs due now
@@ -29,7 +33,7 @@
 --     script gets few and builds none there.
 --
 -- KEYS[1] -> item shard meta (hash: version, left:<version>, starts, ends,
---            limit, shards, ...)
+--            limit, shards, frozen, retired, ...)
 -- KEYS[2] -> buyers (hash: user -> "<total>|<pid>@<shard>:<quantity>[!],...";
 --            the shard is "-" while held)
 -- KEYS[3] -> holds (sorted set: "<pid>|<quantity>|<user>" by deadline)
@@ -54,8 +58,9 @@
 -- (extra: stock left, fewer than asked for); 8 not enough stock here (extra:
 -- stock left, absent on a repeat): the user's quantity is held against the
 -- limit and the caller may take stock from another shard; 10 quantity above the per-user limit
--- (extra: the limit). A repeated attempt with the same purchase id answers as
--- the first did.
+-- (extra: the limit); 11 a preheat of the item is under way (the shard is
+-- frozen: retry shortly). 3 also answers on a shard retired after its sale.
+-- A repeated attempt with the same purchase id answers as the first did.
 local field, backlog = ARGV[3], tonumber(ARGV[5])
 -- Whether the backlog has room; nil until counted.
 local room
@@ -71,16 +76,22 @@ if ARGV[8] == '1' then
   end
 end
 
-local meta = redis.call('HMGET', KEYS[1], 'version', field, 'starts', 'ends', 'limit', 'shards')
+local meta = redis.call('HMGET', KEYS[1], 'version', field, 'starts', 'ends', 'limit', 'shards', 'frozen', 'retired')
 local version = meta[1]
-if not version or 'left:' .. version ~= field then
+if not version or 'left:' .. version ~= field or meta[7] or meta[8] then
   -- The undone HINCRBY above may have left the field of a version that is
-  -- not (or no longer) the item's: drop it (and the hash, if it was all).
+  -- not (or no longer) the item's, or of a shard whose stock left is set
+  -- aside (frozen by a preheat, or retired): drop it (and the hash, if it
+  -- was all).
   redis.call('HDEL', KEYS[1], field)
   if not version then
     return {0, '0'}
+  elseif 'left:' .. version ~= field then
+    return {1, version}
+  elseif meta[8] then
+    return {3, version}
   end
-  return {1, version}
+  return {11, version}
 end
 -- The item is at the caller's version: its settings are the caller's.
 local now = tonumber(ARGV[2])

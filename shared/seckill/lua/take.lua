@@ -15,16 +15,23 @@
 -- ARGV[8] -> item version the hold was made under
 -- ARGV[9] -> the order job ("<pid>|<quantity>|<shard>|<user>")
 --
--- Returns {code, extra}: 0 the item changed (re-preheated); 3 ended; 5 backlog
--- full; 6 taken (extra: stock left); 7 not enough stock here (extra: stock
--- left); 9 hold expired.
+-- Returns {code, extra}: 0 the item changed (re-preheated); 3 ended (or the
+-- shard retired after its sale); 5 backlog full; 6 taken (extra: stock
+-- left); 7 not enough stock here (extra: stock left); 9 hold expired; 11 a
+-- preheat of the item is under way (the shard is frozen; see freeze.lua).
 if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then
   return {6, -1}
 end
 local field = 'left:' .. ARGV[8]
-local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', field)
+local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', field, 'frozen', 'retired')
 if meta[1] ~= ARGV[8] then
   return {0}
+end
+if meta[4] then
+  return {11}
+end
+if meta[5] then
+  return {3}
 end
 local now = tonumber(ARGV[3])
 if now >= tonumber(ARGV[6]) then

@@ -225,8 +225,6 @@ func (t *timed) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	return out, err
 }
 
-func (t *timed) reset() { t.invocations, t.billedMS = 0, 0 }
-
 // apiEvent is the fixture file with the caller's identity and source
 // address made i's own (the rate limits are per user and per source).
 func apiEvent(file string, i int, path string, params map[string]string, body string) ([]byte, error) {

@@ -384,10 +384,10 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	fin.mu.Lock()
 	rep.created = len(created)
 	for id := range created {
-		switch n := prov.calls[id]; {
-		case n == 0:
+		switch prov.calls[id] {
+		case 0:
 			rep.lost++
-		case n == 1:
+		case 1:
 			rep.paidOnce++
 		default:
 			// A repeat call under one key pays once (the provider is

@@ -811,7 +811,7 @@ func TestRunRetriesRefusedJobsAfterRetryDelayNotInterval(t *testing.T) {
 	addJobs(t, q, time.Now(), "flaky")
 	// The round that refuses reports the retry as its Next.
 	r := round(t, p)
-	if r.Refused != 1 || r.Next.IsZero() || r.Next.Sub(time.Now()) > retryDelay {
+	if r.Refused != 1 || r.Next.IsZero() || time.Until(r.Next) > retryDelay {
 		t.Errorf("round after a refusal: %+v; want Refused 1 and Next at the retry, within %s", r, retryDelay)
 	}
 	if removed, err := q.Cancel(context.Background(), 0, "flaky"); err != nil || !removed {

@@ -208,7 +208,11 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: left behind:", err)
+		}
+	}()
 
 	fmt.Fprintln(os.Stderr, "soak: building hourglass")
 	bin := filepath.Join(dir, "hourglass")

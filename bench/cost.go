@@ -98,7 +98,7 @@ func (e *costEnv) start() error {
 		_, _ = io.Copy(io.Discard, r.Body)
 		e.payouts.Add(1)
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"payout_id":"po-%d"}`, e.payouts.Load())
+		_, _ = fmt.Fprintf(w, `{"payout_id":"po-%d"}`, e.payouts.Load())
 	}))
 	e.h.Cleanup(pay.Close)
 	e.payURL = pay.URL
@@ -486,7 +486,7 @@ func newSNSCounter(h *harness) *snsCounter {
 		c.by[arn[strings.LastIndex(arn, ":")+1:]]++
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "text/xml")
-		fmt.Fprint(w, fakes.SNSPublishOK)
+		_, _ = fmt.Fprint(w, fakes.SNSPublishOK)
 	}))
 	h.Cleanup(srv.Close)
 	c.URL = srv.URL
@@ -529,7 +529,7 @@ func newCapacityProxy(h *harness, target string) *capacityProxy {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		rb, _ := io.ReadAll(resp.Body)
 		if counted(op) {
 			p.add(op, resp.StatusCode, rb)

@@ -197,7 +197,7 @@ func (n *clusterNode) spawn(bin string) error {
 // pid asks the server on the node's port for its process id.
 func (n *clusterNode) pid() (int, error) {
 	c := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	info, err := c.Info(ctx, "server").Result()

@@ -86,7 +86,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -234,7 +234,7 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	}
 	defer func() { _ = rs.Process.Kill(); _ = rs.Wait() }()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := waitUntil(10*time.Second, func() bool { return rdb.Ping(ctx).Err() == nil }); err != nil {
 		return nil, errors.New("redis-server did not start")
 	}
@@ -640,7 +640,7 @@ func do(method, url string, headers map[string]string, body string) int {
 		return 0
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode
 }
 
@@ -666,7 +666,7 @@ func readStats(base string) stats {
 	if err != nil {
 		return s
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_ = json.NewDecoder(resp.Body).Decode(&s)
 	return s
 }
@@ -687,7 +687,7 @@ func rssKB(pid int) int64 {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {

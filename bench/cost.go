@@ -98,7 +98,7 @@ func (e *costEnv) start() error {
 		_, _ = io.Copy(io.Discard, r.Body)
 		e.payouts.Add(1)
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"payout_id":"po-%d"}`, e.payouts.Load())
+		_, _ = fmt.Fprintf(w, `{"payout_id":"po-%d"}`, e.payouts.Load())
 	}))
 	e.h.Cleanup(pay.Close)
 	e.payURL = pay.URL
@@ -224,8 +224,6 @@ func (t *timed) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	t.billedMS += int64(math.Ceil(float64(d) / float64(time.Millisecond)))
 	return out, err
 }
-
-func (t *timed) reset() { t.invocations, t.billedMS = 0, 0 }
 
 // apiEvent is the fixture file with the caller's identity and source
 // address made i's own (the rate limits are per user and per source).
@@ -488,7 +486,7 @@ func newSNSCounter(h *harness) *snsCounter {
 		c.by[arn[strings.LastIndex(arn, ":")+1:]]++
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "text/xml")
-		fmt.Fprint(w, fakes.SNSPublishOK)
+		_, _ = fmt.Fprint(w, fakes.SNSPublishOK)
 	}))
 	h.Cleanup(srv.Close)
 	c.URL = srv.URL
@@ -531,7 +529,7 @@ func newCapacityProxy(h *harness, target string) *capacityProxy {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		rb, _ := io.ReadAll(resp.Body)
 		if counted(op) {
 			p.add(op, resp.StatusCode, rb)

@@ -80,7 +80,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	ctx := context.Background()
 
 	rep := &report{facts: machineFacts(ctx, rdb)}

@@ -126,7 +126,7 @@ func scheduleWithdrawals(ctx context.Context, rdb redis.UniversalClient, srv *se
 	// MEMORY USAGE of a key of a million entries takes longer than the
 	// functions' client waits.
 	slow := redis.NewClient(&redis.Options{Addr: srv.addr, ReadTimeout: 2 * time.Minute})
-	defer slow.Close()
+	defer func() { _ = slow.Close() }()
 	kinds, err := keyKinds(ctx, slow)
 	if err != nil {
 		return 0, "", err

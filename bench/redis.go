@@ -27,7 +27,7 @@ func startRedis() (*server, error) {
 		return nil, err
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	_ = l.Close()
 	dir, err := os.MkdirTemp("", "hourglass-bench-redis")
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func startRedis() (*server, error) {
 	}
 	s := &server{cmd: cmd, addr: "127.0.0.1:" + port, port: port, dir: dir}
 	c := redis.NewClient(&redis.Options{Addr: s.addr})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	for range 200 {
 		if c.Ping(context.Background()).Err() == nil {
 			return s, nil

@@ -93,7 +93,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if fxDir != "" {
-		os.RemoveAll(fxDir)
+		if err := os.RemoveAll(fxDir); err != nil {
+			fmt.Fprintln(os.Stderr, "infra: test fixtures left behind:", err)
+		}
 	}
 	jsii.Close()
 	os.Exit(code)

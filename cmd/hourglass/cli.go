@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -165,6 +166,39 @@ func (p *progress) finish() {
 	if p != nil {
 		_ = p.bar.Finish()
 	}
+}
+
+// printer writes a command's text output and keeps the first write error,
+// so that output cut short (a closed pipe, a full disk) fails the command
+// as printJSON's does, rather than exiting 0 after half a table. After an
+// error it writes nothing more.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+// newTable is a printer that lines up tab-separated columns; flush writes
+// them out.
+func newTable(w io.Writer) *printer { return &printer{w: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)} }
+
+func (p *printer) printf(format string, a ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, a...)
+	}
+}
+
+func (p *printer) println(a ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintln(p.w, a...)
+	}
+}
+
+// flush writes out a table's columns and returns the first write error.
+func (p *printer) flush() error {
+	if tw, ok := p.w.(*tabwriter.Writer); ok && p.err == nil {
+		p.err = tw.Flush()
+	}
+	return p.err
 }
 
 // printJSON writes v as one line of JSON.

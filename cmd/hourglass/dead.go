@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -107,16 +106,16 @@ job's id is the withdrawal id.`,
 				return printJSON(out, map[string]any{"jobs": rows})
 			}
 			if len(rows) == 0 {
-				fmt.Fprintln(out, "no dead jobs")
-				return nil
+				_, err := fmt.Fprintln(out, "no dead jobs")
+				return err
 			}
 			now := time.Now()
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "QUEUE\tSHARD\tJOB\tDIED AT\tDIED")
+			t := newTable(out)
+			t.println("QUEUE\tSHARD\tJOB\tDIED AT\tDIED")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Queue, r.Shard, r.ID, r.DiedAt, since(r.died, now))
+				t.printf("%s\t%d\t%s\t%s\t%s\n", r.Queue, r.Shard, r.ID, r.DiedAt, since(r.died, now))
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", "", "only this queue (withdrawals, sk:<item>, seckill-events); default every queue")
@@ -226,10 +225,12 @@ func deadMoveCmd(op deadOp) *cobra.Command {
 			if asJSON {
 				err = printJSON(out, map[string]any{"queue": q.Name(), op.done: nonNil(moved), "not_dead": nonNil(missing)})
 			} else {
-				fmt.Fprintf(out, "%s %d dead job(s) of %s\n", op.done, len(moved), q.Name())
+				p := &printer{w: out}
+				p.printf("%s %d dead job(s) of %s\n", op.done, len(moved), q.Name())
 				if op.name == "requeue" && len(moved) > 0 {
-					fmt.Fprintln(out, "they are due now: the poller hands them on at its next round")
+					p.println("they are due now: the poller hands them on at its next round")
 				}
+				err = p.flush()
 			}
 			if err == nil && len(missing) > 0 {
 				err = fmt.Errorf("not in the dead set of %s: %s", q.Name(), strings.Join(missing, ", "))
@@ -291,7 +292,9 @@ func confirm(cmd *cobra.Command, question string) error {
 	if !ok || !terminal(in) {
 		return usagef("not a terminal to ask on: add --yes")
 	}
-	fmt.Fprint(cmd.ErrOrStderr(), question)
+	if _, err := fmt.Fprint(cmd.ErrOrStderr(), question); err != nil {
+		return err
+	}
 	answer, err := bufio.NewReader(io.Reader(in)).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return err

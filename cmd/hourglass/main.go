@@ -42,10 +42,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "hourglass:", err)
+	// A failed write to stderr has nowhere left to be told; the exit
+	// status still says the command failed.
+	_, _ = fmt.Fprintln(stderr, "hourglass:", err)
 	var u usageError
 	if errors.As(err, &u) {
-		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ran.CommandPath())
+		_, _ = fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ran.CommandPath())
 		return exitUsage
 	}
 	return exitFailure

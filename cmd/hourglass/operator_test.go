@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,6 +370,37 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	walk(root())
+}
+
+// brokenPipe is a standard output whose reader went away.
+type brokenPipe struct{}
+
+func (brokenPipe) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// TestOutputThatFailsFailsTheCommand: a command whose output cannot be
+// written exits 1 and says why, rather than 0 with the output lost; text
+// and JSON alike.
+func TestOutputThatFailsFailsTheCommand(t *testing.T) {
+	mr := miniredis.RunT(t)
+	t.Setenv("REDIS_URL", "redis://"+mr.Addr())
+	t.Setenv("HOURGLASS_LOG_LEVEL", "error")
+	for _, args := range [][]string{
+		{"stats"},
+		{"stats", "--json"},
+		{"dead", "list"},
+		{"peek", "withdrawals"},
+		{"payouts", "unresolved"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var errb bytes.Buffer
+			if code := run(context.Background(), args, strings.NewReader(""), brokenPipe{}, &errb); code != exitFailure {
+				t.Errorf("exit %d, want %d; stderr: %s", code, exitFailure, errb.String())
+			}
+			if !strings.Contains(errb.String(), "broken pipe") {
+				t.Errorf("stderr %q does not say the output failed", errb.String())
+			}
+		})
+	}
 }
 
 // TestProgressOnATerminal: a long command shows progress when standard error

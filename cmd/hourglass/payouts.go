@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -90,11 +89,11 @@ func payoutsUnresolvedCmd() *cobra.Command {
 				return printJSON(out, map[string]any{"withdrawals": rows})
 			}
 			if len(rows) == 0 {
-				fmt.Fprintln(out, "no unresolved payouts")
-				return nil
+				_, err := fmt.Fprintln(out, "no unresolved payouts")
+				return err
 			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WITHDRAWAL\tSTATUS\tMAY HAVE PAID\tATTEMPTS\tFIRST SENT\tNEXT\tLAST ERROR")
+			t := newTable(out)
+			t.println("WITHDRAWAL\tSTATUS\tMAY HAVE PAID\tATTEMPTS\tFIRST SENT\tNEXT\tLAST ERROR")
 			for _, r := range rows {
 				first := "-"
 				if r.FirstSentAt != "" {
@@ -103,10 +102,10 @@ func payoutsUnresolvedCmd() *cobra.Command {
 						first += " (past the window)"
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.MayHavePaid, r.Attempts, first, r.NextAt,
+				t.printf("%s\t%s\t%v\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.MayHavePaid, r.Attempts, first, r.NextAt,
 					truncate(r.LastError, 80))
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"withdrawals":[{"id","status","may_have_paid","attempts",...}]}`)
@@ -150,9 +149,9 @@ otherwise, is refused (exit 1); resolving it as it already ended does nothing.`,
 			case err != nil:
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s is %s (resolved by %s at %s); finance will be told\n",
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is %s (resolved by %s at %s); finance will be told\n",
 				w.ID, w.Status, w.ResolvedBy, clock.Format(w.ResolvedAt))
-			return nil
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&paid, "paid", "", "the provider paid it: its payout id")

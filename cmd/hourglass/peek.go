@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,16 +56,16 @@ A withdrawal job's id is the withdrawal id.`,
 				return printJSON(out, map[string]any{"queue": q.Name(), "jobs": list})
 			}
 			if len(jobs) == 0 {
-				fmt.Fprintf(out, "%s has no scheduled jobs\n", q.Name())
-				return nil
+				_, err := fmt.Fprintf(out, "%s has no scheduled jobs\n", q.Name())
+				return err
 			}
 			now := time.Now()
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SHARD\tJOB\tDUE AT\tDUE")
+			t := newTable(out)
+			t.println("SHARD\tJOB\tDUE AT\tDUE")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", j.Shard, j.ID, clock.Format(j.Due), since(j.Due, now))
+				t.printf("%d\t%s\t%s\t%s\n", j.Shard, j.ID, clock.Format(j.Due), since(j.Due, now))
 			}
-			return tw.Flush()
+			return t.flush()
 		},
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many jobs to list")

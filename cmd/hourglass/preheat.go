@@ -123,8 +123,8 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 			if asJSON {
 				return printJSON(out, st)
 			}
-			fmt.Fprintf(out, "%s: %s, %d left, on sale %s .. %s\n", st.ItemID, st.Status, st.StockLeft, st.StartsAt, st.EndsAt)
-			return nil
+			_, err = fmt.Fprintf(out, "%s: %s, %d left, on sale %s .. %s\n", st.ItemID, st.Status, st.StockLeft, st.StartsAt, st.EndsAt)
+			return err
 		},
 	}
 	f := cmd.Flags()

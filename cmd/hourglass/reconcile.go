@@ -38,7 +38,11 @@ Prints a JSON report; exits 1 when the pass could not complete.`,
 				Withdraw ledger.Reconciliation `json:"withdrawals"`
 				Seckill  seckill.Report        `json:"flash_sale"`
 			}{cfg.Ledger, rec, comp}, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(out))
+			// The report is printed even when reconciling failed part way;
+			// that failure is the one to return.
+			if _, werr := fmt.Fprintln(cmd.OutOrStdout(), string(out)); err == nil {
+				err = werr
+			}
 			return err
 		},
 	}

@@ -69,10 +69,10 @@ func (p *echoProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.Destination == "reject":
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, "unknown destination; you signed %s", r.Header.Get(signature.Header))
+		_, _ = fmt.Fprintf(w, "unknown destination; you signed %s", r.Header.Get(signature.Header))
 	case n <= p.fails:
 		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprintf(w, "upstream broke while handling %s: %s %s", r.Header.Get(signature.Header), r.Header, body)
+		_, _ = fmt.Fprintf(w, "upstream broke while handling %s: %s %s", r.Header.Get(signature.Header), r.Header, body)
 	default:
 		p.mu.Lock()
 		p.paid[req.ID]++
@@ -98,7 +98,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	protect := func() {
 		t.Helper()
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		if err := c.ConfigSet(context.Background(), "requirepass", redisPass).Err(); err != nil {
 			t.Fatal(err)
 		}

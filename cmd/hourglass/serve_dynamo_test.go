@@ -43,7 +43,7 @@ func (s *server) embeddedRedis() string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -188,7 +188,7 @@ func TestServeDynamoWalkthroughs(t *testing.T) {
 		// Redis loses its data; `hourglass reconcile` puts back what the
 		// ledger says is due within the horizon.
 		rdb := redis.NewClient(&redis.Options{Addr: s.embeddedRedis()})
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}

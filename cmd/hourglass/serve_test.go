@@ -66,7 +66,7 @@ func serve(t *testing.T, addr string, env map[string]string) *server {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(s.base + "/healthz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return s
 			}
@@ -115,7 +115,7 @@ func (s *server) do(method, path, user string, headers map[string]string, body s
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
 	_ = json.Unmarshal(raw, &r.body)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,13 +61,20 @@ refresh).`,
 				case asJSON:
 					err = printJSON(out, snap)
 				case redraw:
-					fmt.Fprint(out, "\x1b[H\x1b[2J") // home, clear screen
-					fmt.Fprintf(out, "hourglass stats  %s  every %s, Ctrl-C to stop\n\n", time.Now().Format(time.TimeOnly), interval)
-					err = printStats(out, snap)
+					// Home, clear the screen, then the title.
+					_, err = fmt.Fprintf(out, "\x1b[H\x1b[2Jhourglass stats  %s  every %s, Ctrl-C to stop\n\n",
+						time.Now().Format(time.TimeOnly), interval)
+					if err == nil {
+						err = printStats(out, snap)
+					}
 				case watch:
-					fmt.Fprintf(out, "# %s\n", time.Now().UTC().Format(time.RFC3339))
-					err = printStats(out, snap)
-					fmt.Fprintln(out)
+					_, err = fmt.Fprintf(out, "# %s\n", time.Now().UTC().Format(time.RFC3339))
+					if err == nil {
+						err = printStats(out, snap)
+					}
+					if err == nil {
+						_, err = fmt.Fprintln(out)
+					}
 				default:
 					err = printStats(out, snap)
 				}
@@ -115,22 +121,22 @@ func sortedQueueNames(names []string) []string {
 }
 
 func printStats(w io.Writer, s ops.Snapshot) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tDUE\tDUE NOW\tOLDEST DUE LAG\tIN FLIGHT\tDEAD")
+	t := newTable(w)
+	t.println("QUEUE\tDUE\tDUE NOW\tOLDEST DUE LAG\tIN FLIGHT\tDEAD")
 	names := make([]string, 0, len(s.Queues))
 	for name := range s.Queues {
 		names = append(names, name)
 	}
 	for _, name := range sortedQueueNames(names) {
 		q := s.Queues[name]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\n", name, q.Due, q.DueNow,
+		t.printf("%s\t%d\t%d\t%s\t%d\t%d\n", name, q.Due, q.DueNow,
 			roundDuration(time.Duration(q.OldestDueLagMS)*time.Millisecond), q.Inflight, q.Dead)
 	}
-	if err := tw.Flush(); err != nil || len(s.Items) == 0 {
+	if err := t.flush(); err != nil || len(s.Items) == 0 {
 		return err
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "ITEM\tSTOCK LEFT\tADMITTED\tCONFIRMED\tAWAITING PAYMENT\tPAID\tEXPIRED")
+	t.println() // a line without cells: the tabwriter passes it through as is
+	t.println("ITEM\tSTOCK LEFT\tADMITTED\tCONFIRMED\tAWAITING PAYMENT\tPAID\tEXPIRED")
 	items := make([]string, 0, len(s.Items))
 	for item := range s.Items {
 		items = append(items, item)
@@ -138,7 +144,7 @@ func printStats(w io.Writer, s ops.Snapshot) error {
 	slices.Sort(items)
 	for _, item := range items {
 		it := s.Items[item]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", item, it.StockLeft, it.Admitted, it.Confirmed, it.AwaitingPayment, it.Paid, it.Expired)
+		t.printf("%s\t%d\t%d\t%d\t%d\t%d\t%d\n", item, it.StockLeft, it.Admitted, it.Confirmed, it.AwaitingPayment, it.Paid, it.Expired)
 	}
-	return tw.Flush()
+	return t.flush()
 }

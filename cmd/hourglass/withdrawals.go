@@ -63,19 +63,20 @@ func printWithdrawal(cmd *cobra.Command, w withdrawal.Withdrawal, asJSON bool) e
 	if asJSON {
 		return printJSON(out, v)
 	}
-	fmt.Fprintf(out, "%s of %s: %s %s %s to %s, due %s (attempts %d, revision %d)\n", v.ID, v.UserID, v.Status,
+	p := &printer{w: out}
+	p.printf("%s of %s: %s %s %s to %s, due %s (attempts %d, revision %d)\n", v.ID, v.UserID, v.Status,
 		v.Amount, v.Currency, v.Destination, v.DueAt, v.Attempts, v.Revision)
 	if v.RescheduledBy != "" {
-		fmt.Fprintf(out, "  rescheduled from %s by %s at %s", v.RescheduledFrom, v.RescheduledBy, v.RescheduledAt)
+		p.printf("  rescheduled from %s by %s at %s", v.RescheduledFrom, v.RescheduledBy, v.RescheduledAt)
 		if v.RescheduleReason != "" {
-			fmt.Fprintf(out, ": %s", v.RescheduleReason)
+			p.printf(": %s", v.RescheduleReason)
 		}
-		fmt.Fprintln(out)
+		p.println()
 	}
 	if v.FullLastError != "" {
-		fmt.Fprintf(out, "  last error: %s\n", v.FullLastError)
+		p.printf("  last error: %s\n", v.FullLastError)
 	}
-	return nil
+	return p.flush()
 }
 
 // withdrawalErr turns a domain refusal into the CLI's answer.
@@ -166,9 +167,9 @@ next poll (HOURGLASS_POLL_INTERVAL).`,
 			if asJSON {
 				return printWithdrawal(cmd, w, true)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s rescheduled from %s to %s by %s\n", w.ID, clock.Format(w.RescheduledFrom),
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s rescheduled from %s to %s by %s\n", w.ID, clock.Format(w.RescheduledFrom),
 				clock.Format(w.DueAt), w.RescheduledBy)
-			return nil
+			return err
 		},
 	}
 	cmd.Flags().DurationVar(&delay, "delay", 0, "pay it this long from now (e.g. 90s, 2h)")

@@ -122,7 +122,8 @@ func (g Guard) Validate(ctx context.Context, path string) (Result, error) {
 	err = cmd.Run()
 	// cfn-guard exits 19 (or 5) when a rule fails: findings, not an error.
 	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && (exit.ExitCode() == 19 || exit.ExitCode() == 5)) {
+	ruleFailed := errors.As(err, &exit) && (exit.ExitCode() == 19 || exit.ExitCode() == 5)
+	if err != nil && !ruleFailed {
 		return res, fmt.Errorf("cfnguard: %s: %w: %s", g.Binary, err, strings.TrimSpace(stderr.String()))
 	}
 	findings, err := parse(stdout.Bytes())

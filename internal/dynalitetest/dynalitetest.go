@@ -94,7 +94,7 @@ func waitFor(addr string, d time.Duration) bool {
 	defer cancel()
 	for ctx.Err() == nil {
 		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
+			_ = c.Close()
 			return true
 		}
 		time.Sleep(50 * time.Millisecond)

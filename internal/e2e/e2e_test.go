@@ -254,7 +254,6 @@ func TestE2E(t *testing.T) {
 
 	t.Run("flash sale", func(t *testing.T) {
 		s.t = t
-		const item = "phone-2026"
 		preheat := event(t, "seckill-preheat.json")
 		preheat.Body = fmt.Sprintf(`{"stock":5,"per_user_limit":1,"ends_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 		var state struct {

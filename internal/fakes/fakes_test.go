@@ -38,7 +38,7 @@ func send(t *testing.T, ctx context.Context, method, url, key string, body []byt
 	if err != nil {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var answer map[string]string
 	_ = json.Unmarshal(raw, &answer)
@@ -123,7 +123,7 @@ func TestFinanceStatuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	want := map[string][]string{"w1": {"failed", "paid"}, "w2": {"paid"}}
 	if diff := cmp.Diff(want, f.Statuses()); diff != "" {

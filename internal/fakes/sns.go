@@ -60,7 +60,7 @@ func NewSNS(t testing.TB, status int, body string) (*sns.Client, <-chan SNSReque
 		w.Header().Set("Content-Type", "text/xml")
 		w.Header().Set("X-Amzn-Requestid", "f187a3c1-376f-11df-8963-01868b7c937a")
 		w.WriteHeader(status)
-		fmt.Fprint(w, body)
+		_, _ = fmt.Fprint(w, body)
 	}))
 	t.Cleanup(srv.Close)
 	client := sns.New(sns.Options{

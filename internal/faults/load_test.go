@@ -317,7 +317,7 @@ func (a *httpAPI) do(ctx context.Context, method, path, user string, headers map
 	if err != nil {
 		return 0, nil
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, nil // the answer did not arrive whole

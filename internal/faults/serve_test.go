@@ -54,7 +54,7 @@ func serve(t *testing.T, addr string, env map[string]string, log *os.File) *serv
 	t.Cleanup(p.kill)
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return p
 		}
 		select {

@@ -32,7 +32,7 @@ func freeTCP(t testing.TB) *net.TCPAddr {
 	if err != nil {
 		t.Fatalf("proctest: free port: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr)
 }
 

@@ -197,7 +197,7 @@ func (n *clusterNode) spawn(bin string) error {
 // pid asks the server on the node's port for its process id.
 func (n *clusterNode) pid() (int, error) {
 	c := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	info, err := c.Info(ctx, "server").Result()
@@ -316,7 +316,7 @@ func (c *Cluster) nodeReady(ctx context.Context, rc *redis.Client, n *clusterNod
 			return fmt.Errorf("CLUSTER INFO %s:%s, want %s", k, got, v)
 		}
 	}
-	slots, err := rc.ClusterSlots(ctx).Result()
+	slots, err := rc.ClusterSlots(ctx).Result() //nolint:staticcheck // SA1019: go-redis's ClusterClient maps slots by CLUSTER SLOTS too
 	if err != nil {
 		return err
 	}
@@ -450,7 +450,7 @@ func masterOf(ctx context.Context, rc *redis.Client, key string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	slots, err := rc.ClusterSlots(ctx).Result()
+	slots, err := rc.ClusterSlots(ctx).Result() //nolint:staticcheck // SA1019: go-redis's ClusterClient maps slots by CLUSTER SLOTS too
 	if err != nil {
 		return "", err
 	}
@@ -472,7 +472,7 @@ func (c *Cluster) slots() ([]redis.ClusterSlot, error) {
 		}
 		rc := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: 2})
 		var slots []redis.ClusterSlot
-		slots, err = rc.ClusterSlots(ctx).Result()
+		slots, err = rc.ClusterSlots(ctx).Result() //nolint:staticcheck // SA1019: go-redis's ClusterClient maps slots by CLUSTER SLOTS too
 		_ = rc.Close()
 		if err == nil {
 			return slots, nil

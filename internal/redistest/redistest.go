@@ -114,7 +114,7 @@ func (s *Server) spawn(bin string) error {
 
 func (s *Server) ping() error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	return c.Ping(ctx).Err()

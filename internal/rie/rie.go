@@ -188,7 +188,9 @@ func (f *Function) scan(r io.Reader, tee io.Writer) {
 	for sc.Scan() {
 		line := sc.Text()
 		if tee != nil {
-			fmt.Fprintln(tee, line)
+			if _, err := fmt.Fprintln(tee, line); err != nil {
+				tee = nil // the copy is a convenience; f.log keeps every line
+			}
 		}
 		f.mu.Lock()
 		if f.log.Len() < 8<<20 {
@@ -229,7 +231,7 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rie: invoke %s: %w", f.Name, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	took := time.Since(began)
 	f.mu.Lock()

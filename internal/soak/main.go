@@ -86,7 +86,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -208,7 +208,11 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: left behind:", err)
+		}
+	}()
 
 	fmt.Fprintln(os.Stderr, "soak: building hourglass")
 	bin := filepath.Join(dir, "hourglass")
@@ -230,7 +234,7 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	}
 	defer func() { _ = rs.Process.Kill(); _ = rs.Wait() }()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := waitUntil(10*time.Second, func() bool { return rdb.Ping(ctx).Err() == nil }); err != nil {
 		return nil, errors.New("redis-server did not start")
 	}
@@ -384,10 +388,10 @@ func run(ctx context.Context, duration time.Duration, rate int) (*report, error)
 	fin.mu.Lock()
 	rep.created = len(created)
 	for id := range created {
-		switch n := prov.calls[id]; {
-		case n == 0:
+		switch prov.calls[id] {
+		case 0:
 			rep.lost++
-		case n == 1:
+		case 1:
 			rep.paidOnce++
 		default:
 			// A repeat call under one key pays once (the provider is
@@ -636,7 +640,7 @@ func do(method, url string, headers map[string]string, body string) int {
 		return 0
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode
 }
 
@@ -662,7 +666,7 @@ func readStats(base string) stats {
 	if err != nil {
 		return s
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_ = json.NewDecoder(resp.Body).Decode(&s)
 	return s
 }
@@ -683,7 +687,7 @@ func rssKB(pid int) int64 {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {

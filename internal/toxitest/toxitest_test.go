@@ -125,7 +125,7 @@ func TestDisableRefuses(t *testing.T) {
 		if conn, err = net.DialTimeout("tcp", p.Addr, time.Second); err != nil {
 			break
 		}
-		conn.Close()
+		_ = conn.Close()
 	}
 	if err == nil {
 		t.Fatal("a disabled proxy still accepted connections")
@@ -153,7 +153,7 @@ func TestProviderStallsAfterReading(t *testing.T) {
 	remove := p.Add(toxitest.Blackhole(toxitest.Downstream))
 	resp, err := hc.Post(p.URL("http"), "application/json", strings.NewReader("{}"))
 	if err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Fatal("an answer came through a blackholed downstream")
 	}
 	var ne net.Error
@@ -169,7 +169,7 @@ func TestProviderStallsAfterReading(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the stall: %v", err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || served.Load() != 2 {
 		t.Fatalf("after the stall: %d, served %d", resp.StatusCode, served.Load())
 	}

@@ -350,7 +350,7 @@ func TestSecretNeverPrints(t *testing.T) {
 		out  func() string
 	}{
 		{"%v", func() string { return fmt.Sprintf("%v", s) }},
-		{"%s", func() string { return fmt.Sprintf("%s", s) }},
+		{"%s", func() string { return fmt.Sprintf("%s", s) }}, //nolint:staticcheck // S1025: fmt's %s path is the one under test
 		{"%+v", func() string { return fmt.Sprintf("%+v", s) }},
 		{"%q", func() string { return fmt.Sprintf("%q", s) }},
 		{"%#v", func() string { return fmt.Sprintf("%#v", s) }},

@@ -108,7 +108,7 @@ func benchApp(b *testing.B, srv *redistest.Server, p config.Profile) *app.App {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { rdb.Close() })
+	b.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		b.Fatal(err)
 	}

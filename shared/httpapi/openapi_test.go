@@ -112,7 +112,8 @@ func (s *spec) operation(method, path string) (string, *v3.Operation) {
 		}
 		match := true
 		for i, p := range parts {
-			if !(strings.HasPrefix(p, "{") && segs[i] != "") && p != segs[i] {
+			param := strings.HasPrefix(p, "{") && segs[i] != "" // a {name} matches any non-empty segment
+			if !param && p != segs[i] {
 				match = false
 				break
 			}

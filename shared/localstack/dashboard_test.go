@@ -75,7 +75,7 @@ func TestDashboardServesPageAndData(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { resp.Body.Close() })
+		t.Cleanup(func() { _ = resp.Body.Close() })
 		return resp
 	}
 	for _, tc := range []struct {

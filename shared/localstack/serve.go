@@ -36,7 +36,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := redisconn.Ping(ctx, rdb); err != nil {
 		log.Warn("redis is not answering yet; /healthz says 503 until it does", "redis", redisconn.Redacted(string(cfg.RedisURL)), "error", err.Error())
 	}

@@ -327,7 +327,7 @@ func TestPayErrorNeverLeaksSecret(t *testing.T) {
 	// A provider that echoes everything back, secret included.
 	srv, _ := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, "bad request; you sent %s=%s; key %s; also %s",
+		_, _ = fmt.Fprintf(w, "bad request; you sent %s=%s; key %s; also %s",
 			signature.Header, r.Header.Get(signature.Header), secret, strings.Repeat("-", 300))
 	})
 	c, _ := newClient(t, srv.URL)
@@ -453,7 +453,7 @@ func TestPayConnectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close()
 
 	c, _ := newClient(t, "http://user:hunter2@"+addr+"/pay?token=t0k3n#frag")
 	_, err = c.Pay(t.Context(), testWithdrawal())
@@ -558,7 +558,7 @@ func TestPayRejectsBadIDs(t *testing.T) {
 
 func TestPayConcurrent(t *testing.T) {
 	srv, rec := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `{"payout_id":"po_%s"}`, r.Header.Get("Idempotency-Key"))
+		_, _ = fmt.Fprintf(w, `{"payout_id":"po_%s"}`, r.Header.Get("Idempotency-Key"))
 	})
 	c, _ := newClient(t, srv.URL)
 	const n = 16

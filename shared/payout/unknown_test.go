@@ -34,7 +34,7 @@ func TestUnansweredCallIsOfUnknownOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := "http://" + l.Addr().String()
-	l.Close()
+	_ = l.Close()
 
 	for _, tc := range []struct {
 		name    string

@@ -27,10 +27,10 @@ import (
 )
 
 // invokeHandler runs the poller Lambda handler on the sample EventBridge event
-// for about budget-margin and returns its error, the failures its final log
-// line counts and the sum of the PollerFailures values it emitted (-1 if it
-// emitted none).
-func invokeHandler(t *testing.T, q *delayq.Queue, d poller.Dispatcher) (err error, logged int, emitted float64) {
+// for about budget-margin and returns the failures its final log line counts,
+// the sum of the PollerFailures values it emitted (-1 if it emitted none) and
+// its error.
+func invokeHandler(t *testing.T, q *delayq.Queue, d poller.Dispatcher) (logged int, emitted float64, err error) {
 	t.Helper()
 	const (
 		budget = 1300 * time.Millisecond
@@ -72,7 +72,7 @@ func invokeHandler(t *testing.T, q *delayq.Queue, d poller.Dispatcher) (err erro
 			emitted = max(emitted, 0) + v
 		}
 	}
-	return err, logged, emitted
+	return logged, emitted, err
 }
 
 // A poller invocation whose rounds fail (Redis gone, Redis refusing our
@@ -110,7 +110,7 @@ func TestHandlerFailsWhenRoundsFail(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			q, d := tc.setup(t)
-			err, logged, emitted := invokeHandler(t, q, d)
+			logged, emitted, err := invokeHandler(t, q, d)
 			if err == nil {
 				t.Fatal("the invocation succeeded although its rounds failed")
 			}
@@ -131,7 +131,7 @@ func TestHandlerCleanInvocationEmitsZeroFailures(t *testing.T) {
 	q := newQueue(t, newRedis(t).Client(t), 2)
 	addJobs(t, q, time.Now(), jobIDs("c", 20)...)
 	d := &recorder{}
-	err, logged, emitted := invokeHandler(t, q, d)
+	logged, emitted, err := invokeHandler(t, q, d)
 	if err != nil || logged != 0 || emitted != 0 {
 		t.Fatalf("invoke: %v, %d failures logged, PollerFailures %v; want nil, 0, 0", err, logged, emitted)
 	}

@@ -329,14 +329,16 @@ func (p *Poller) shard(ctx context.Context, q *delayq.Queue, n int, until time.T
 		if len(c.Jobs) == 0 {
 			return done(nil)
 		}
-		accepted, refused, refusedAt, derr, err := p.handOver(ctx, q, n, c, until)
+		// herr, not err: an err declared here would shadow the loop's, and
+		// a failed chained ack (AckClaim below) would go unseen.
+		accepted, refused, refusedAt, derr, herr := p.handOver(ctx, q, n, c, until)
 		r.Refused += refused
 		r.DispatchErr = cmp.Or(derr, r.DispatchErr)
 		if !refusedAt.IsZero() && retryAt.IsZero() {
 			retryAt = refusedAt
 		}
-		if err != nil || !p.cfg.Ack {
-			return done(err)
+		if herr != nil || !p.cfg.Ack {
+			return done(herr)
 		}
 		// Every job handed over (the common case): the whole lease is acked
 		// by its token, one command whatever the batch size.

@@ -811,7 +811,7 @@ func TestRunRetriesRefusedJobsAfterRetryDelayNotInterval(t *testing.T) {
 	addJobs(t, q, time.Now(), "flaky")
 	// The round that refuses reports the retry as its Next.
 	r := round(t, p)
-	if r.Refused != 1 || r.Next.IsZero() || r.Next.Sub(time.Now()) > retryDelay {
+	if r.Refused != 1 || r.Next.IsZero() || time.Until(r.Next) > retryDelay {
 		t.Errorf("round after a refusal: %+v; want Refused 1 and Next at the retry, within %s", r, retryDelay)
 	}
 	if removed, err := q.Cancel(context.Background(), 0, "flaky"); err != nil || !removed {
@@ -885,5 +885,32 @@ func TestChainedBatchesWithRefusals(t *testing.T) {
 		if id := fmt.Sprintf("j%d", i); seen[id] != 1 {
 			t.Errorf("%s handed over %d times", id, seen[id])
 		}
+	}
+}
+
+// An ack that fails between chained batches fails the round, as a failed
+// ack of the round's last batch does; the jobs come back when their lease
+// expires.
+func TestFailedChainedAckFailsTheRound(t *testing.T) {
+	srv := newRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	q := newQueue(t, rdb, 1)
+	for i := range 6 {
+		if err := q.Add(context.Background(), 0, fmt.Sprintf("j%d", i), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis dies while the first batch is handed over, so the ack that
+	// travels with the second claim fails.
+	rec := &recorder{dispatched: func([]delayq.Job) { srv.Kill() }}
+	p := newPoller(t, poller.Config{Queues: poller.Static(q), Dispatcher: rec, Clock: clock.NewFake(t0.Add(time.Second)),
+		Batch: 3, Ack: true})
+	r, err := p.Round(context.Background())
+	if err == nil {
+		t.Fatalf("the round succeeded although its ack failed: %+v", r)
+	}
+	if r.Claimed != 3 || rec.dispatchCalls() != 1 {
+		t.Errorf("claimed %d in %d dispatches, want 3 in 1", r.Claimed, rec.dispatchCalls())
 	}
 }

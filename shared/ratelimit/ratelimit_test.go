@@ -215,7 +215,7 @@ func TestRefusalsAreRemembered(t *testing.T) {
 		t.Fatal("second allowed")
 	}
 	calls := hook.n.Load()
-	var last time.Duration = time.Hour
+	last := time.Hour
 	for range 100 {
 		d, err := l.Allow(ctx, ratelimit.Purchase, "bot", "")
 		if err != nil || d.Allowed || d.By != ratelimit.ByUser || d.RetryAfter <= 0 || d.RetryAfter > last {

@@ -320,7 +320,7 @@ func TestTextScrubsSecrets(t *testing.T) {
 		sig := r.Header.Get(signature.Header)
 		_, mac, _ := strings.Cut(sig, "v1=")
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, "you sent %s=%s; mac %s; key %s", signature.Header, sig, mac, secret)
+		_, _ = fmt.Fprintf(w, "you sent %s=%s; mac %s; key %s", signature.Header, sig, mac, secret)
 	})
 	resp, err := newEndpoint(t, options(srv.URL)).Post(t.Context(), body, "k_1")
 	if err != nil {

@@ -768,6 +768,7 @@ var retained = []struct{ pattern, why string }{
 	{`^hg:\{dq:withdrawals:N\}:idem:\*$`, "idempotency records of the first layout: kept 24 h, then purged by the poller (each is in idem-exp)"},
 	{`^hg:\{dq:withdrawals:N\}:idem-exp$`, "expiry index of the idempotency records (checked: one entry each, none beyond 24 h)"},
 	{`^hg:\{dq:sk:`, "flash-sale item state, buyers and purchases: the sale's ledger until the next preheat"},
+	{`^hg:\{sk:[^}]+\}:preheat$`, "an item's preheat intent: after its preheat ends only the version counter (\"last\") stays, one short hash per item, so that the item's versions only grow"},
 	{`^hg:seckill:`, "flash-sale registry"},
 	{`^hg:orders`, "orders: the order ledger, kept"},
 	{`^hg:rl:`, "rate-limit budgets: expire on their own within their period"},

@@ -492,8 +492,11 @@ func (a *App) Processor(p withdrawal.Provider, n withdrawal.Notifier) (*withdraw
 	return withdrawal.NewProcessor(withdrawal.ProcessorConfig{
 		Ledger: a.Ledger, Provider: p, Notifier: n, Clock: a.Clock, Logger: a.Log,
 		MaxAttempts: a.Config.MaxAttempts, RetryBase: a.Config.RetryBase, RetryCap: a.Config.RetryCap,
-		// An attempt may be taken over once the provider call has surely
-		// ended: its timeout, plus room for the ledger writes around it.
+		// An attempt may be taken over once its provider calls have surely
+		// ended: a lookup and a payout call within their timeouts, plus
+		// room for the ledger writes around them. The deadline also cuts
+		// every call short (withdrawal.WithCallDeadline): a lookup or call
+		// resent after a 401 gets what is left, never more.
 		AttemptTimeout:    2*a.Config.PayoutTimeout + 5*time.Second,
 		IdempotencyWindow: a.Config.PayoutIdempotencyWindow,
 		Metrics:           a.Metrics,

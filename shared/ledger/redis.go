@@ -680,7 +680,7 @@ func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdra
 	}{
 		{"due", &w.DueAt}, {"created", &w.CreatedAt}, {fieldCreated, &w.CreatedAt}, {"updated", &w.UpdatedAt},
 		{"processed", &w.ProcessedAt}, {"until", &w.ProcessingUntil},
-		{"first_sent", &w.FirstSentAt}, {"resolved_at", &w.ResolvedAt},
+		{"first_sent", &w.FirstSentAt}, {"sent_until", &w.SentUntil}, {"resolved_at", &w.ResolvedAt},
 		{"resched_at", &w.RescheduledAt}, {"resched_from", &w.RescheduledFrom},
 	} {
 		v := f[t.field]

@@ -140,12 +140,15 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	if err != nil {
 		return "", &Error{Permanent: true, Msg: fmt.Sprintf("encode %s: %v", w.ID, err)}
 	}
-	ctx = correlation.With(ctx, w.RequestID)
+	ctx = bounded(correlation.With(ctx, w.RequestID))
 	resp, err := c.endpoint.Post(ctx, body, w.ID)
 	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
 		// A 401 or 403 means the provider did not act on the request, so
 		// sending it again under the same key cannot pay twice.
 		resp, err = c.endpoint.Post(ctx, body, w.ID)
+	}
+	if errors.Is(err, signedpost.ErrTooLate) {
+		return "", fmt.Errorf("payout: %w", withdrawal.ErrTooLate)
 	}
 	if err != nil {
 		// Only a request that never reached the provider in full surely did
@@ -207,10 +210,13 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 	if !validKey(w.ID) {
 		return withdrawal.Lookup{}, fmt.Errorf("payout: withdrawal id %q cannot be looked up", w.ID)
 	}
-	ctx = correlation.With(ctx, w.RequestID)
+	ctx = bounded(correlation.With(ctx, w.RequestID))
 	resp, err := c.endpoint.Get(ctx, w.ID)
 	if err == nil && refused(resp.StatusCode) && c.endpoint.Rekeyed(ctx, resp) {
 		resp, err = c.endpoint.Get(ctx, w.ID)
+	}
+	if errors.Is(err, signedpost.ErrTooLate) {
+		return withdrawal.Lookup{}, fmt.Errorf("payout: look up: %w", withdrawal.ErrTooLate)
 	}
 	if err != nil {
 		return withdrawal.Lookup{}, &Error{Msg: "look up payout: " + err.Error(), Err: err}
@@ -251,6 +257,16 @@ func (c *Client) Lookup(ctx context.Context, w withdrawal.Withdrawal) (withdrawa
 			Msg: fmt.Sprintf("lookup answered status %q, not paid, failed or pending", signedpost.Clean(answer.Status, maxSnippet))}
 	}
 	return lk, nil
+}
+
+// bounded carries the payout attempt's deadline (withdrawal.WithCallDeadline)
+// over to the endpoint: no call of the attempt is signed past it or runs
+// beyond it.
+func bounded(ctx context.Context) context.Context {
+	if t, ok := withdrawal.CallDeadline(ctx); ok {
+		return signedpost.WithNotAfter(ctx, t)
+	}
+	return ctx
 }
 
 // refused reports whether an answer refused our credentials or signature.

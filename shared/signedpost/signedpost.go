@@ -188,8 +188,33 @@ func (e *Endpoint) Get(ctx context.Context, name string) (Response, error) {
 	return e.do(ctx, http.MethodGet, strings.TrimSuffix(e.url, "/")+"/"+url.PathEscape(name), nil, []byte(name), "")
 }
 
+// ErrTooLate is the cause of a call not made because it could not start
+// before the deadline its context carries (WithNotAfter).
+var ErrTooLate = errors.New("not sent: the call's deadline has passed")
+
+type notAfterKey struct{}
+
+// WithNotAfter returns ctx with a deadline t on the endpoint's clock (the
+// one that stamps signatures): a call made with it is not made at all once
+// t has passed (a *PostError with ErrTooLate, not Sent), and is cut short
+// at t otherwise, so no request is signed after t and none is still
+// running at t. Unlike context.WithDeadline it reads the endpoint's clock,
+// so a call's bound and its signature's time agree.
+func WithNotAfter(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, notAfterKey{}, t)
+}
+
 func (e *Endpoint) do(ctx context.Context, method, target string, body, signed []byte, idempotencyKey string) (Response, error) {
-	callCtx, cancel := context.WithTimeout(ctx, e.timeout)
+	timeout := e.timeout
+	notAfter, bounded := ctx.Value(notAfterKey{}).(time.Time)
+	if bounded {
+		left := notAfter.Sub(e.clock.Now())
+		if left <= 0 {
+			return Response{}, &PostError{Where: e.where, Err: ErrTooLate}
+		}
+		timeout = min(timeout, left)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var reader io.Reader
 	if body != nil {
@@ -225,7 +250,12 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 		}
 		secret = []byte(k.Current)
 	}
-	sig := signature.Sign(secret, e.clock.Now(), signed)
+	now := e.clock.Now()
+	if bounded && !now.Before(notAfter) {
+		// Reading the secret took the time that was left.
+		return Response{}, &PostError{Where: e.where, Err: ErrTooLate}
+	}
+	sig := signature.Sign(secret, now, signed)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -249,7 +279,7 @@ func (e *Endpoint) do(ctx context.Context, method, target string, body, signed [
 			pe.Err = ue.Err
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil { // ours, not the caller's
-			pe.Timeout = e.timeout
+			pe.Timeout = timeout
 		}
 		return Response{}, pe
 	}

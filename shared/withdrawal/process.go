@@ -69,6 +69,12 @@ const (
 	// DefaultIdempotencyWindow is how long providers remember an
 	// idempotency key (Stripe: 24 h).
 	DefaultIdempotencyWindow = 24 * time.Hour
+	// DefaultNeverReceivedAfter is how long after the last send's deadline
+	// a lookup's 404 proves the provider never got the request: the
+	// provider's signature tolerance (5 min: a request signed by then is
+	// refused after it), plus 1 min for a lookup that lags behind what the
+	// provider received (SPEC.md, outbound contracts).
+	DefaultNeverReceivedAfter = 5*time.Minute + time.Minute
 )
 
 // ProcessorConfig configures a Processor.
@@ -93,6 +99,13 @@ type ProcessorConfig struct {
 	// key: a request first sent longer ago is never sent again blind; the
 	// lookup settles it, or an operator (default DefaultIdempotencyWindow).
 	IdempotencyWindow time.Duration
+	// NeverReceivedAfter is how long after an attempt's deadline a request
+	// it sent may still reach the provider and show in its lookup; a
+	// lookup's 404 proves "never received" only once it has passed since
+	// Withdrawal.SentUntil (default DefaultNeverReceivedAfter). Before
+	// then the request is sent again under the same key, and the record
+	// keeps saying it may have been paid.
+	NeverReceivedAfter time.Duration
 	// Metrics, if set, counts payouts paid, failed, retried, unresolved and
 	// refused for our credentials.
 	Metrics *metrics.Emitter
@@ -117,10 +130,12 @@ func NewProcessor(cfg ProcessorConfig) (*Processor, error) {
 	cfg.RetryCap = cmp.Or(cfg.RetryCap, DefaultRetryCap)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 30*time.Second)
 	cfg.IdempotencyWindow = cmp.Or(cfg.IdempotencyWindow, DefaultIdempotencyWindow)
+	cfg.NeverReceivedAfter = cmp.Or(cfg.NeverReceivedAfter, DefaultNeverReceivedAfter)
 	if cfg.Jitter == nil {
 		cfg.Jitter = func(n time.Duration) time.Duration { return rand.N(n + 1) }
 	}
-	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 || cfg.IdempotencyWindow <= 0 {
+	if cfg.MaxAttempts < 1 || cfg.RetryBase <= 0 || cfg.RetryCap < cfg.RetryBase || cfg.AttemptTimeout <= 0 || cfg.IdempotencyWindow <= 0 ||
+		cfg.NeverReceivedAfter <= 0 {
 		return nil, fmt.Errorf("withdrawal: bad payout settings: %d attempts, retry %s..%s, attempt timeout %s, idempotency window %s",
 			cfg.MaxAttempts, cfg.RetryBase, cfg.RetryCap, cfg.AttemptTimeout, cfg.IdempotencyWindow)
 	}
@@ -175,6 +190,9 @@ func (p *Processor) ProcessClaimed(ctx context.Context, ref Ref, claimed time.Ti
 	case StartFinal:
 		return p.notify(ctx, w, log)
 	}
+	// No provider call of this attempt is made, or still running, past its
+	// deadline, when another consumer may take the withdrawal over.
+	ctx = WithCallDeadline(ctx, w.ProcessingUntil)
 	w, err = p.attempt(ctx, w, attempt, log.With("attempt", attempt))
 	if errors.Is(err, ErrStale) {
 		// Another consumer took the attempt over, or an operator or a
@@ -206,23 +224,33 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		// An earlier call may have paid: settle that first.
 		lk, lerr := p.cfg.Provider.Lookup(ctx, w)
 		now := p.now()
+		notFound := lerr == nil && lk.State == LookupNotFound
+		// A 404 proves "never received" only once no request we sent can
+		// still arrive: one signed by the last send's deadline is refused
+		// by the provider after its signature tolerance.
+		provenAt := w.SentBy(p.cfg.AttemptTimeout).Add(p.cfg.NeverReceivedAfter)
 		var err error
 		switch {
 		case lerr == nil && lk.State == LookupPaid:
 			log.Info("unknown payout outcome settled by the provider's lookup: paid")
-			return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: lk.PayoutID, At: now})
+			return p.paid(ctx, w, attempt, lk.PayoutID, now, log)
 		case lerr == nil && lk.State == LookupFailed:
 			log.Warn("unknown payout outcome settled by the provider's lookup: failed", "reason", lk.Reason)
 			return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, At: now,
 				LastError: "payout: the provider reports the payout failed: " + lk.Reason})
 		case lerr == nil && lk.State == LookupPending:
 			return p.retry(ctx, w, attempt, now, errors.New("payout: the provider reports the payout pending"), true, log)
-		case lerr == nil && lk.State == LookupNotFound:
+		case errors.Is(lerr, ErrTooLate):
+			return p.retry(ctx, w, attempt, now, lerr, true, log)
+		case notFound && now.After(provenAt):
 			log.Info("the provider never received the payout request; sending it")
 			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, true)
 		case !w.FirstSentAt.IsZero() && now.Sub(w.FirstSentAt) > p.cfg.IdempotencyWindow:
 			// The provider may have forgotten the key: a request sent again
 			// now could pay a second time.
+			if notFound {
+				lerr = fmt.Errorf("the lookup has not seen the request, which proves nothing before %s", clock.Format(provenAt))
+			}
 			p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
 			cause := fmt.Errorf("payout: outcome unknown and first sent %s ago, past the provider's idempotency window (%s): "+
 				"not sent again; settled by the lookup or by an operator (hourglass payouts resolve): %w",
@@ -234,7 +262,14 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 			return p.cfg.Ledger.Retry(ctx, ref, attempt, RetryAt{At: now.Add(p.Backoff(64)), Now: now,
 				LastError: cause.Error(), MaybePaid: true})
 		default:
-			if !errors.Is(lerr, ErrNoLookup) {
+			switch {
+			case notFound:
+				// A request of ours may still be on its way (a consumer
+				// that stalled past its deadline): sending again under the
+				// same key cannot pay twice; forgetting it could.
+				log.Info("the provider's lookup has not seen the payout request, which proves nothing yet; "+
+					"asking again under the same key", "proof_after", clock.Format(provenAt))
+			case !errors.Is(lerr, ErrNoLookup):
 				log.Warn("payout lookup told nothing; asking again under the same key", "error", lerr.Error())
 			}
 			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, false)
@@ -248,7 +283,10 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 	now := p.now()
 	switch {
 	case payErr == nil:
-		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
+		return p.paid(ctx, w, attempt, payoutID, now, log)
+	case errors.Is(payErr, ErrTooLate):
+		// Nothing left: no verdict, and the record keeps what it knew.
+		return p.retry(ctx, w, attempt, now, payErr, false, log)
 	case errors.Is(payErr, ErrPermanent):
 		log.Warn("payout refused for good", "attempts", w.Attempts, "error", payErr.Error())
 		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
@@ -264,6 +302,34 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
 	}
 	return p.retry(ctx, w, attempt, now, payErr, false, log)
+}
+
+// paid records the provider's word that w was paid (a 2xx, or its lookup).
+// An attempt that was taken over meanwhile (it outlived its deadline: a
+// stalled consumer) or whose withdrawal was settled otherwise cannot
+// finish; its 2xx is recorded all the same, as the provider's callback
+// would be: once, never moving the withdrawal backwards, a contradiction
+// (paid after failed or cancelled) kept out and reported. It then answers
+// ErrStale with the record as it stands.
+func (p *Processor) paid(ctx context.Context, w Withdrawal, attempt, payoutID string, now time.Time, log *slog.Logger) (Withdrawal, error) {
+	got, err := p.cfg.Ledger.Finish(ctx, w.Ref(), attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
+	if !errors.Is(err, ErrStale) {
+		return got, err
+	}
+	got, applied, err := p.cfg.Ledger.Apply(ctx, w.ID, Callback{EventID: "attempt:" + attempt, Status: Paid,
+		PayoutID: payoutID, At: now})
+	if err != nil {
+		return got, fmt.Errorf("withdrawal: record the paid answer of superseded attempt %s: %w", attempt, err)
+	}
+	switch applied {
+	case Conflict:
+		p.cfg.Metrics.Count(metrics.PayoutConflicts, 1, nil)
+		log.Error("the provider paid a superseded attempt of a withdrawal that ended otherwise; left for an operator",
+			"status", got.Status, "payout_id", payoutID)
+	case Changed:
+		log.Warn("superseded payout attempt was paid; recorded", "status", got.Status)
+	}
+	return got, fmt.Errorf("withdrawal: %s: %w", w.ID, ErrStale)
 }
 
 // retry schedules the next attempt after one that ended without a verdict.

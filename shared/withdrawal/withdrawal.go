@@ -95,6 +95,14 @@ type Withdrawal struct {
 	// forget idempotency keys, so a request first sent longer ago than the
 	// idempotency window is never sent again blind.
 	FirstSentAt time.Time
+	// SentUntil is the deadline of the last attempt that sent (or may have
+	// sent) a payout request: no request of ours is signed or in flight
+	// past it (the deadline bounds every call), so a request still on its
+	// way reaches the provider no later than SentUntil plus the provider's
+	// signature tolerance. A lookup's "never received" proves nothing
+	// before then (see ProcessorConfig.NeverReceivedAfter). Zero on
+	// records written before it was kept (see SentBy).
+	SentUntil time.Time
 	// Attempt names the payout attempt under way (or the last one): only its
 	// owner may record its result.
 	Attempt string
@@ -140,6 +148,25 @@ func ETagOf(id string, rev int64) string { return `"` + id + "." + strconv.Forma
 // retrying, and no call to the provider may have paid it.
 func (w Withdrawal) Cancellable() bool {
 	return (w.Status == Scheduled || w.Status == Retrying) && !w.MaybePaid
+}
+
+// SentBy is the time by which every payout request of w's attempts was
+// signed and its call ended: SentUntil, or for a record written before
+// SentUntil was kept, its last write plus attempt (the longest an attempt
+// can last), which bounds any attempt that sent before it. Zero when no
+// request was ever counted.
+func (w Withdrawal) SentBy(attempt time.Duration) time.Time {
+	switch {
+	case !w.SentUntil.IsZero():
+		return w.SentUntil
+	case w.FirstSentAt.IsZero() && w.Attempts == 0:
+		return time.Time{}
+	}
+	last := w.UpdatedAt
+	if w.FirstSentAt.After(last) {
+		last = w.FirstSentAt
+	}
+	return last.Add(attempt)
 }
 
 // Untold reports whether finance has yet to hear of w's outcome.
@@ -335,7 +362,13 @@ var (
 	ErrExists = errors.New("withdrawal: exists")
 	// ErrReservationLost: the idempotency reservation expired and was taken over.
 	ErrReservationLost = errors.New("withdrawal: idempotency reservation lost")
-	// ErrStale: the attempt was taken over by another consumer; its result is
-	// not recorded (the other consumer records its own).
+	// ErrStale: the attempt was taken over by another consumer, or the
+	// withdrawal was settled meanwhile: the attempt's own bookkeeping is
+	// not recorded. A definite answer it got (paid) still is, as the
+	// provider's word (see Processor).
 	ErrStale = errors.New("withdrawal: attempt superseded")
+	// ErrTooLate marks a provider call that was not made because it could
+	// not end by its attempt's deadline (see WithCallDeadline): nothing
+	// left, and it is no verdict on the payout.
+	ErrTooLate = errors.New("withdrawal: provider call not made: past the attempt's deadline")
 )

@@ -68,6 +68,8 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"RescheduleLostAnswerIsOurOwn", testRescheduleLostAnswer},
 		{"EveryWriteChangesTheETag", testRevisions},
 		{"ReplayIsTheFirstAnswerAfterChanges", testReplayAfterChanges},
+		{"PaidLateByATakenOverAttemptIsRecorded", testPaidLate},
+		{"NeverReceivedNeedsItsTolerance", testNeverReceivedNeedsItsTolerance},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -617,6 +619,11 @@ func testTakeover2(t *testing.T, b Backend) {
 	if start != withdrawal.StartAttempt || !got.MaybePaid || got.Attempts != 1 || got.Attempt != a {
 		t.Fatalf("takeover: %+v %v", got, start)
 	}
+	// The dead attempt's call was counted with its deadline: no request of
+	// it can be signed or running past that.
+	if !got.SentUntil.Equal(T0.Add(time.Minute)) {
+		t.Fatalf("takeover: sent until %s, want the dead attempt's deadline %s", got.SentUntil, T0.Add(time.Minute))
+	}
 	// The dead consumer comes back with an answer: too late, it is not its
 	// attempt any more.
 	if _, err := b.Ledger.Retry(ctx, w.Ref(), dead, withdrawal.RetryAt{At: T0, Now: T0, LastError: "500"}); !errors.Is(err, withdrawal.ErrStale) {
@@ -625,7 +632,7 @@ func testTakeover2(t *testing.T, b Backend) {
 	// The lookup says the provider never received it: the record forgets
 	// that it may have paid, and counts the call it now sends.
 	got, err := b.Ledger.Send(ctx, w.Ref(), a, T0.Add(61*time.Second), true)
-	if err != nil || got.MaybePaid || got.Attempts != 2 {
+	if err != nil || got.MaybePaid || got.Attempts != 2 || !got.SentUntil.Equal(T0.Add(2*time.Minute)) {
 		t.Fatalf("send after a lookup of never received: %+v %v", got, err)
 	}
 }

@@ -9,7 +9,10 @@
 -- is about to make; one that takes over an attempt past its deadline marks
 -- the record as possibly paid (the dead consumer may have sent its request),
 -- and such an attempt settles first (the lookup) and counts a call only when
--- it sends one (send.lua).
+-- it sends one (send.lua). A call counted stamps the attempt's deadline as
+-- the record's sent_until (never lowering it): no request of the attempt
+-- is signed or running past it, which is what a lookup's "never received"
+-- is judged against.
 --
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
@@ -30,7 +33,7 @@
 -- is back at the record's due time), 4 = final. Run twice with the same
 -- ARGV (a reply lost and the script sent again), it answers 1 again and
 -- changes nothing more.
-local cur = redis.call('HMGET', KEYS[1], 'status', 'due', 'until', 'aid', 'maybe')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'due', 'until', 'aid', 'maybe', 'sent_until')
 local status = cur[1]
 if not status then
   return {0}
@@ -71,6 +74,9 @@ if code == 1 then
   elseif cur[5] ~= '1' then
     redis.call('HINCRBY', KEYS[1], 'attempts', 1)
     redis.call('HSETNX', KEYS[1], 'first_sent', ARGV[1])
+    if tonumber(cur[6] or '0') < tonumber(ARGV[2]) then
+      redis.call('HSET', KEYS[1], 'sent_until', ARGV[2])
+    end
   end
   redis.call('ZADD', KEYS[3], ARGV[2], ARGV[4])
   redis.call('HINCRBY', KEYS[1], 'rev', 1)

@@ -185,7 +185,7 @@ func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 		DueAt: it.time("due_at"), CreatedAt: it.time("created_at"), UpdatedAt: it.time("updated_at"),
 		Attempts: int(it.num("attempts")), LastError: it.str("last_error"), PayoutID: it.str("payout_id"),
 		ProcessedAt: it.time("processed_at"), ProcessingUntil: it.time("until"), Told: withdrawal.Status(it.str("told")),
-		MaybePaid: it.boolean("maybe_paid"), FirstSentAt: it.time("first_sent"), Attempt: it.str("aid"), Op: it.str("op"),
+		MaybePaid: it.boolean("maybe_paid"), FirstSentAt: it.time("first_sent"), SentUntil: it.time("sent_until"), Attempt: it.str("aid"), Op: it.str("op"),
 		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"), RequestID: it.str("request_id"),
 		Revision: it.num("rev"), RescheduledBy: it.str("resched_by"), RescheduleReason: it.str("resched_reason"),
 		RescheduledAt: it.time("resched_at"), RescheduledFrom: it.time("resched_from"),
@@ -277,19 +277,21 @@ func (d *Dynamo) Reserve(ctx context.Context, r withdrawal.Reservation) (withdra
 	return st, nil
 }
 
-// Release implements withdrawal.Ledger. A reservation whose withdrawal was
-// written (its create failed after the record, or its answer was lost) is
-// kept: the retry takes it over and completes it with that same record,
-// where releasing it would let the retry make a second withdrawal.
+// Release implements withdrawal.Ledger. The reservation is not deleted but
+// unlocked, keeping its withdrawal id: the retry takes it over at once and
+// creates that same withdrawal. A create's record write can land after its
+// caller gave up on it (a request that timed out, applied late), and after
+// this release: with the key deleted, the retry would reserve it for a new
+// id and the late write would make a second withdrawal, scheduled by the
+// reconciler and paid twice. With the id kept, both writes are of one
+// record (the second finds it, conditionally). Issue 21 (c03).
 func (d *Dynamo) Release(ctx context.Context, key withdrawal.IdemKey, id string) error {
-	if _, written, err := d.load(ctx, id); err != nil || written {
-		return err
-	}
-	_, err := d.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &d.tables.Idempotency, Key: item{"pk": s(idemPK(key.UserID, key.Key))},
+		UpdateExpression:          aws.String("SET lock_until = :open"),
 		ConditionExpression:       aws.String("#state = :pending AND wid = :id"),
 		ExpressionAttributeNames:  map[string]string{"#state": "state"},
-		ExpressionAttributeValues: item{":pending": s("pending"), ":id": s(id)},
+		ExpressionAttributeValues: item{":pending": s("pending"), ":id": s(id), ":open": n(0)},
 	})
 	if err != nil && !conditionFailed(err) {
 		return fmt.Errorf("ledger: release idempotency key: %w", err)
@@ -619,7 +621,7 @@ func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Beg
 		vals[":claimed"] = ms(b.Claimed)
 	}
 	w, ok, err := d.update(ctx, ref.ID, change{
-		set:   start + ", attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now)",
+		set:   start + ", attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), sent_until = :until",
 		cond:  "(#status = :scheduled OR #status = :retrying) AND " + isDue + " AND attribute_not_exists(maybe_paid)",
 		names: statusUntil, vals: vals,
 	})
@@ -670,8 +672,10 @@ func attemptOf(attempt string, vals item) string {
 // Send implements withdrawal.Ledger.
 func (d *Dynamo) Send(ctx context.Context, ref withdrawal.Ref, attempt string, now time.Time, neverReceived bool) (withdrawal.Withdrawal, error) {
 	vals := item{":one": n(1), ":now": ms(now)}
-	c := change{set: "attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), updated_at = :now",
-		cond: attemptOf(attempt, vals), names: statusName, vals: vals}
+	// The attempt's deadline is the last a request of ours may be signed
+	// or running: attempts run one after another, so it only grows.
+	c := change{set: "attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), sent_until = #until, updated_at = :now",
+		cond: attemptOf(attempt, vals), names: statusUntil, vals: vals}
 	if neverReceived {
 		c.remove = "maybe_paid"
 	}

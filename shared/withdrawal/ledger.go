@@ -13,8 +13,10 @@ import (
 type Ledger interface {
 	// Reserve claims an idempotency key for a create, or reports its state.
 	Reserve(ctx context.Context, r Reservation) (KeyState, error)
-	// Release drops a reservation that failed before Create, so the client may
-	// retry at once. It is best effort: reservations also expire.
+	// Release gives up a reservation whose Create failed, so the client may
+	// retry at once. A backend whose create is not one atomic step keeps
+	// the reservation's withdrawal id for the retry (a write of the failed
+	// create may still land). It is best effort: reservations also expire.
 	Release(ctx context.Context, key IdemKey, id string) error
 	// Create stores w as scheduled, schedules it at w.DueAt and completes the
 	// key's reservation with response, which is CreatedBody(w): a ledger may

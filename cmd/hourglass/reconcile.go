@@ -18,7 +18,8 @@ func reconcileCmd() *cobra.Command {
 		Long: `Run one reconciler pass now, as the poller does every HOURGLASS_RECONCILE_INTERVAL:
 with the dynamodb ledger, every withdrawal the ledger says is on its way gets its
 job back in Redis if Redis lost it (and withdrawals due within
-HOURGLASS_REDIS_HORIZON are promoted into Redis); then the flash-sale pass
+HOURGLASS_REDIS_HORIZON are promoted into Redis, counted as promoted, not as
+repairs); then the flash-sale pass
 re-enqueues or releases purchases whose order job was lost. It reads the same
 environment as serve (REDIS_URL, HOURGLASS_LEDGER, the table names, DYNAMODB_ENDPOINT).
 Prints a JSON report; exits 1 when the pass could not complete.`,

@@ -307,10 +307,18 @@ func (a *App) Reconcile(ctx context.Context, now time.Time) (ledger.Reconciliati
 	var err error
 	if r, ok := a.Ledger.(reconciler); ok {
 		rec, err = r.Reconcile(ctx, now)
-		a.Metrics.Count(metrics.Reconciled, rec.Total(), nil)
+		a.emitReconciled(rec)
 	}
 	rep, cerr := a.Compensation().Run(ctx, now)
 	return rec, rep, errors.Join(err, cerr)
+}
+
+// emitReconciled emits a reconciler pass: its repairs (Reconciled, which
+// alarms) apart from its promotions of long delays into Redis (Promoted,
+// normal traffic).
+func (a *App) emitReconciled(rec ledger.Reconciliation) {
+	a.Metrics.Emit(nil, metrics.Of(metrics.Reconciled, metrics.Count, float64(rec.Total())),
+		metrics.Of(metrics.Promoted, metrics.Count, float64(rec.Promoted)))
 }
 
 type reconciler interface {
@@ -608,7 +616,7 @@ func (a *App) tasks() []poller.Task {
 		tasks = append(tasks, poller.Task{Name: "reconcile", Every: a.Config.ReconcileInterval,
 			Run: func(ctx context.Context, now time.Time) error {
 				rec, err := r.Reconcile(ctx, now)
-				a.Metrics.Count(metrics.Reconciled, rec.Total(), nil)
+				a.emitReconciled(rec)
 				return err
 			}})
 	}

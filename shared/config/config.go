@@ -149,7 +149,8 @@ type Config struct {
 	// CreateTables makes `hourglass serve` create missing ledger tables.
 	CreateTables bool `env:"HOURGLASS_CREATE_TABLES" envDefault:"false"`
 	// RedisHorizon: with the dynamodb ledger, withdrawals due further ahead
-	// live only in the ledger until the reconciler promotes them.
+	// live only in the ledger until the reconciler promotes them; at least
+	// MinHorizonIntervals x ReconcileInterval.
 	RedisHorizon time.Duration `env:"HOURGLASS_REDIS_HORIZON" envDefault:"1h"`
 
 	MaxAmount  string   `env:"HOURGLASS_MAX_AMOUNT" envDefault:"1000000"`
@@ -173,6 +174,21 @@ type Config struct {
 	RateWithdrawalSource string `env:"HOURGLASS_RATE_WITHDRAWAL_SOURCE"`
 	RateWebhookSource    string `env:"HOURGLASS_RATE_WEBHOOK_SOURCE"`
 }
+
+// MinHorizonIntervals is the shortest HOURGLASS_REDIS_HORIZON, in
+// HOURGLASS_RECONCILE_INTERVALs, the dynamodb ledger accepts. A withdrawal
+// due beyond the horizon waits in DynamoDB until a reconciler pass finds it
+// due within the horizon: the first pass at or after due - horizon, and
+// passes come one interval apart, so that pass comes at least
+// horizon - interval before the due time. Two intervals of horizon leave
+// one interval of lead: a promotion that fails (Redis unreachable for that
+// pass) is made by the next pass, still by the due time. Shorter, the first
+// pass may come after the due time and the withdrawal is paid late by up
+// to an interval (or more, had the grace for jobs in the work queue held it
+// back). The poller starts a pass between its rounds, so up to a round
+// (HOURGLASS_POLL_INTERVAL, 1 s) late; at the bound that much comes off the
+// lead. The defaults (1 h over 2 m) leave at least 58 min.
+const MinHorizonIntervals = 2
 
 // LambdaRates are the rate limits a Lambda function applies when its
 // environment names none: a person buys a few times a second at most and
@@ -376,6 +392,12 @@ func (c Config) problems() []problem {
 		if d.d <= 0 {
 			bad(d.name, "must be a positive duration, got %s", d.d)
 		}
+	}
+	if c.Ledger == "dynamodb" && c.ReconcileInterval > 0 && c.RedisHorizon > 0 &&
+		c.RedisHorizon < MinHorizonIntervals*c.ReconcileInterval {
+		bad("HOURGLASS_REDIS_HORIZON", "must be at least %d x HOURGLASS_RECONCILE_INTERVAL (%s) with the dynamodb ledger, got %s: "+
+			"a withdrawal due beyond the horizon reaches Redis only at a reconciler pass, which must come one interval "+
+			"before it is due", MinHorizonIntervals, MinHorizonIntervals*c.ReconcileInterval, c.RedisHorizon)
 	}
 	for _, a := range c.secretAliases() {
 		if *a.id != "" && *a.arn != "" && *a.id != *a.arn {

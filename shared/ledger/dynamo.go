@@ -71,7 +71,9 @@ type Dynamo struct {
 // DynamoOptions tunes the DynamoDB ledger.
 type DynamoOptions struct {
 	// Horizon: withdrawals due further ahead stay out of Redis until the
-	// reconciler promotes them (default DefaultHorizon).
+	// reconciler promotes them (default DefaultHorizon). At least two
+	// reconcile intervals, so that a promotion comes one interval ahead
+	// (config.MinHorizonIntervals checks it).
 	Horizon time.Duration
 	// Grace is how long the pipeline has to move a withdrawal on before the
 	// reconciler steps in: a job due a moment ago may sit in the work queue
@@ -320,6 +322,9 @@ func (d *Dynamo) Create(ctx context.Context, w withdrawal.Withdrawal, key withdr
 	}
 	rec := encodeWithdrawal(w)
 	rec["idem_pk"] = s(pk) // which reservation wrote it, to tell a retry from a clash
+	// Beyond the horizon it waits here alone, which the reconciler must
+	// know: such a record cannot be in the work queue (see deferredAttr).
+	rec[deferredAttr] = boolean(d.beyond(w.DueAt, w.CreatedAt))
 	_, err = d.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &d.tables.Withdrawals, Item: rec,
 		ConditionExpression: aws.String("attribute_not_exists(id)"),
@@ -359,7 +364,7 @@ func (d *Dynamo) Create(ctx context.Context, w withdrawal.Withdrawal, key withdr
 // written apart, so a write of an older due time may come after a newer
 // one; an early job is put back by Begin, a late one would pay late.
 func (d *Dynamo) schedule(ctx context.Context, w withdrawal.Withdrawal, now time.Time) {
-	if w.DueAt.After(now.Add(d.opts.Horizon)) {
+	if d.beyond(w.DueAt, now) {
 		return // the reconciler promotes it nearer the time
 	}
 	if err := d.q.AddNoLater(ctx, w.Shard, w.ID, w.DueAt); err != nil {
@@ -518,15 +523,16 @@ func (d *Dynamo) Cancel(ctx context.Context, userID, id string, now time.Time) (
 // only at its own due time); one due later is brought forward by the
 // reconciler, which holds every scheduled record to a job due by its time.
 func (d *Dynamo) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdrawal.Withdrawal, error) {
+	beyond := d.beyond(r.DueAt, r.Now)
 	vals := item{":due": ms(r.DueAt), ":now": ms(r.Now), ":u": s(r.UserID), ":by": s(r.By), ":why": s(r.Reason),
-		":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying))}
+		":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying)), ":deferred": boolean(beyond)}
 	cond := "user_id = :u AND (#status = :scheduled OR #status = :retrying) AND attribute_not_exists(maybe_paid)"
 	if r.IfRevision != nil {
 		cond += " AND " + revisionIs(*r.IfRevision, vals)
 	}
 	w, ok, err := d.update(ctx, r.ID, change{
 		set: "resched_from = due_at, due_at = :due, updated_at = :now, resched_by = :by, resched_reason = :why, " +
-			"resched_at = :now",
+			"resched_at = :now, " + deferredAttr + " = :deferred",
 		cond: cond, names: statusName, vals: vals,
 	})
 	switch {
@@ -538,7 +544,7 @@ func (d *Dynamo) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withd
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 	case ok:
 		d.reschedule(ctx, w, r.Now, func() error {
-			if w.DueAt.After(r.Now.Add(d.opts.Horizon)) {
+			if beyond {
 				_, err := d.q.Cancel(ctx, w.Shard, w.ID) // the reconciler promotes it nearer the time
 				return err
 			}

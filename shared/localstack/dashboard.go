@@ -49,6 +49,7 @@ var counted = map[string]string{
 	metrics.CompensationRequeued: "compensation_requeued",
 	metrics.CompensationReleased: "compensation_released",
 	metrics.Reconciled:           "reconciled",
+	metrics.Promoted:             "promoted",
 }
 
 // Tally adds up the counters of the EMF lines the app writes (it is an

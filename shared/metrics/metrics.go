@@ -57,8 +57,13 @@ const (
 	RefundsRequired      = "RefundsRequired"
 	CompensationRequeued = "CompensationRequeued"
 	CompensationReleased = "CompensationReleased"
-	Reconciled           = "Reconciled"
-	PollerFailures       = "PollerFailures"
+	// Reconciled counts the reconciler's repairs: jobs Redis should have
+	// held and did not.
+	Reconciled = "Reconciled"
+	// Promoted counts withdrawals due beyond the Redis horizon that the
+	// reconciler handed to Redis ahead of their time: not repairs.
+	Promoted       = "Promoted"
+	PollerFailures = "PollerFailures"
 	// OrderExpiryFailures counts expiry jobs of unpaid flash-sale orders
 	// that failed (the consumer emits it); the order stays awaiting payment
 	// and its stock held until one succeeds.

@@ -68,6 +68,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"RescheduleLostAnswerIsOurOwn", testRescheduleLostAnswer},
 		{"EveryWriteChangesTheETag", testRevisions},
 		{"ReplayIsTheFirstAnswerAfterChanges", testReplayAfterChanges},
+		{"ReplayIsAnsweredBeforeTheClock", testReplayBeforeTheClock},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })

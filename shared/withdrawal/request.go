@@ -113,12 +113,24 @@ var knownFields = map[string]bool{
 // Parse decodes and validates a request body at now. It returns a
 // *validation.Error naming every broken rule.
 func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
-	verr := &validation.Error{}
+	req, late, err := r.parse(body, now)
+	if err := joinInvalid(err, late); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// parse is Parse with the clock's judgement kept apart: late names what only
+// the clock refuses (a process_at in the past, or too far ahead), err every
+// other broken rule. With err nil, req and its fingerprint are complete even
+// when late is not: a replay of a stored create is answered whatever the
+// clock now says of its body (Service.Create).
+func (r Rules) parse(body []byte, now time.Time) (req Request, late, err error) {
+	verr, lateErr := &validation.Error{}, &validation.Error{}
 	raw := verr.Object(body, knownFields, false)
 	if raw == nil {
-		return Request{}, verr
+		return Request{}, nil, verr
 	}
-	var req Request
 	req.Amount, req.Currency, _, _ = r.ParseMoney(verr, raw, "amount", "currency", true)
 	var destinationOK bool
 	req.Destination, destinationOK = verr.String(raw, "destination")
@@ -126,13 +138,13 @@ func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
 		verr.Add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
 	}
 
-	due, spelling := r.parseDue(raw, now, verr)
+	due, spelling := r.parseDue(raw, now, verr, lateErr)
 	if err := verr.Err(); err != nil {
-		return Request{}, err
+		return Request{}, lateErr.Err(), err
 	}
 	req.DueAt = due
 	req.Fingerprint = fingerprint(req, spelling)
-	return req, nil
+	return req, lateErr.Err(), nil
 }
 
 var rescheduleFields = map[string]bool{"delay_seconds": true, "process_at": true}
@@ -152,7 +164,7 @@ func (r Rules) ParseReschedule(body []byte, now time.Time) (time.Time, error) {
 		verr.Add("delay_seconds", "give delay_seconds or process_at")
 		return time.Time{}, verr
 	}
-	due, _ := r.parseDue(raw, now, verr)
+	due, _ := r.parseDue(raw, now, verr, verr)
 	if err := verr.Err(); err != nil {
 		return time.Time{}, err
 	}
@@ -160,8 +172,9 @@ func (r Rules) ParseReschedule(body []byte, now time.Time) (time.Time, error) {
 }
 
 // parseDue reads delay_seconds or process_at; spelling says how the request
-// named the time, for the fingerprint.
-func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *validation.Error) (due time.Time, spelling string) {
+// named the time, for the fingerprint. What is wrong with the body goes to
+// verr; what is wrong only at now (process_at's window) goes to late.
+func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr, late *validation.Error) (due time.Time, spelling string) {
 	now = now.Truncate(time.Millisecond)
 	_, hasDelay := raw["delay_seconds"]
 	at, hasAt, atOK := verr.Time(raw, "process_at")
@@ -174,26 +187,23 @@ func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr *val
 		}
 	case !hasAt:
 		return now.Add(r.DefaultDelay), "default"
-	case !atOK:
-		// verr says what is wrong with it
-	case r.checkAt(at, now, "process_at", verr):
+	case atOK:
+		r.checkAt(at, now, "process_at", late)
 		return at, "at=" + clock.Format(at)
 	}
+	// verr says what is wrong with it
 	return time.Time{}, ""
 }
 
-// checkAt reports whether at is an acceptable due time at now (not in the
-// past, at most MaxDelay ahead), recording what is wrong under field.
-func (r Rules) checkAt(at, now time.Time, field string, verr *validation.Error) bool {
+// checkAt records under field what makes at an unacceptable due time at
+// now: in the past, or more than MaxDelay ahead.
+func (r Rules) checkAt(at, now time.Time, field string, verr *validation.Error) {
 	switch {
 	case at.Before(now):
 		verr.Add(field, "must not be in the past")
 	case at.Sub(now) > r.MaxDelay:
 		verr.Add(field, "must be at most %s ahead", r.MaxDelay)
-	default:
-		return true
 	}
-	return false
 }
 
 // CheckDue validates a due time named outside a request body (an

@@ -103,20 +103,20 @@ func ValidKey(k string) bool {
 }
 
 // Create validates a request and, unless its idempotency key says otherwise,
-// stores and schedules a new withdrawal.
+// stores and schedules a new withdrawal. A replay is answered before the
+// clock judges the body: a process_at that passed since the first request
+// refuses only a new withdrawal, never the answer to a stored one (a 400
+// there would tell the client nothing was stored, and its retry under a
+// new key would pay twice).
 func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byte) (Created, error) {
 	now := s.cfg.Clock.Now().UTC()
-	req, err := s.cfg.Rules.Parse(body, now)
+	req, late, err := s.cfg.Rules.parse(body, now)
 	if !ValidKey(idemKey) {
-		verr := validation.New("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters")
-		var bodyErr *validation.Error
-		if errors.As(err, &bodyErr) {
-			verr.Errors = append(verr.Errors, bodyErr.Errors...)
-		}
-		return Created{}, verr
+		return Created{}, joinInvalid(
+			validation.New("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters"), err, late)
 	}
 	if err != nil {
-		return Created{}, err
+		return Created{}, joinInvalid(err, late)
 	}
 	key := IdemKey{UserID: userID, Key: idemKey, Shard: s.cfg.ShardFor(userID)}
 	candidate := NewID(now)
@@ -154,15 +154,22 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		UpdatedAt:   now,
 		RequestID:   correlation.ID(ctx),
 	}
+	stored := false
 	if st.ID != candidate {
 		// We took over the reservation of a request that died. A ledger that
 		// writes the record before completing the key may hold its record:
 		// that withdrawal, with its times, is the answer to give and keep.
 		if prior, err := s.cfg.Ledger.Get(ctx, userID, st.ID); err == nil {
-			w = prior
+			w, stored = prior, true
 		} else if !errors.Is(err, ErrNotFound) {
 			return Created{}, err
 		}
+	}
+	if late != nil && !stored {
+		// A new withdrawal at a time the clock refuses: the key goes back,
+		// so the refusal leaves nothing behind.
+		s.release(ctx, key, w.ID)
+		return Created{}, late
 	}
 	resp, err := CreatedBody(w)
 	if err != nil {
@@ -179,9 +186,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		}
 	}
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = s.cfg.Ledger.Release(rctx, key, w.ID)
+		s.release(ctx, key, w.ID)
 		return Created{}, err
 	}
 	correlation.Logger(s.cfg.Logger, w.RequestID).Info("withdrawal scheduled",
@@ -190,6 +195,18 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		s.cfg.OnScheduled(w.DueAt)
 	}
 	return Created{ID: w.ID, Body: resp, ETag: w.ETag()}, nil
+}
+
+// release gives back the reservation of key for id after a create that
+// wrote nothing, so the client may retry at once. Best effort, even when
+// ctx is done: an unreleased reservation is taken over after its lock.
+func (s *Service) release(ctx context.Context, key IdemKey, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := s.cfg.Ledger.Release(rctx, key, id); err != nil {
+		correlation.Logger(s.cfg.Logger, correlation.ID(ctx)).Warn("idempotency key not released",
+			"withdrawal_id", id, "error", err)
+	}
 }
 
 // Get returns the user's withdrawal id; someone else's is ErrNotFound.

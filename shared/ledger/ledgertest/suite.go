@@ -70,6 +70,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"ReplayIsTheFirstAnswerAfterChanges", testReplayAfterChanges},
 		{"PaidLateByATakenOverAttemptIsRecorded", testPaidLate},
 		{"NeverReceivedNeedsItsTolerance", testNeverReceivedNeedsItsTolerance},
+		{"ReplayIsAnsweredBeforeTheClock", testReplayBeforeTheClock},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })

@@ -753,7 +753,7 @@ func (f failingKeyCompletion) UpdateItem(ctx context.Context, in *dynamodb.Updat
 // stays, and no clean-up (Release) runs.
 type crashedLedger struct{ *ledger.Dynamo }
 
-func (crashedLedger) Release(context.Context, withdrawal.IdemKey, string) error { return nil }
+func (crashedLedger) Release(context.Context, withdrawal.IdemKey, string, bool) error { return nil }
 
 // TestDynamoCrashAfterRecordBeforeKeyCompletion: a create wrote the
 // withdrawal record and died before completing its idempotency key (and

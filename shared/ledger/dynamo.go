@@ -279,15 +279,29 @@ func (d *Dynamo) Reserve(ctx context.Context, r withdrawal.Reservation) (withdra
 	return st, nil
 }
 
-// Release implements withdrawal.Ledger. The reservation is not deleted but
-// unlocked, keeping its withdrawal id: the retry takes it over at once and
-// creates that same withdrawal. A create's record write can land after its
-// caller gave up on it (a request that timed out, applied late), and after
-// this release: with the key deleted, the retry would reserve it for a new
-// id and the late write would make a second withdrawal, scheduled by the
-// reconciler and paid twice. With the id kept, both writes are of one
-// record (the second finds it, conditionally). Issue 21 (c03).
-func (d *Dynamo) Release(ctx context.Context, key withdrawal.IdemKey, id string) error {
+// Release implements withdrawal.Ledger. After a Create was sent (sent),
+// the reservation is not deleted but unlocked, keeping its withdrawal id:
+// the retry takes it over at once and creates that same withdrawal. A
+// create's record write can land after its caller gave up on it (a request
+// that timed out, applied late), and after this release: with the key
+// deleted, the retry would reserve it for a new id and the late write would
+// make a second withdrawal, scheduled by the reconciler and paid twice.
+// With the id kept, both writes are of one record (the second finds it,
+// conditionally); another body under the key is refused as a conflict.
+// Issue 21 (c03). A reservation no Create was sent for is deleted.
+func (d *Dynamo) Release(ctx context.Context, key withdrawal.IdemKey, id string, sent bool) error {
+	if !sent {
+		_, err := d.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: &d.tables.Idempotency, Key: item{"pk": s(idemPK(key.UserID, key.Key))},
+			ConditionExpression:       aws.String("#state = :pending AND wid = :id"),
+			ExpressionAttributeNames:  map[string]string{"#state": "state"},
+			ExpressionAttributeValues: item{":pending": s("pending"), ":id": s(id)},
+		})
+		if err != nil && !conditionFailed(err) {
+			return fmt.Errorf("ledger: release idempotency key: %w", err)
+		}
+		return nil
+	}
 	_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &d.tables.Idempotency, Key: item{"pk": s(idemPK(key.UserID, key.Key))},
 		UpdateExpression:          aws.String("SET lock_until = :open"),

@@ -94,7 +94,7 @@ func TestDynamoCreateLandingAfterItsReleaseIsTheRetrysRecord(t *testing.T) {
 		t.Fatal("the create whose write timed out reported success")
 	}
 	// The service gives the key back so the client may retry at once.
-	if err := l.Release(ctx, key, first.ID); err != nil {
+	if err := l.Release(ctx, key, first.ID, true); err != nil {
 		t.Fatal(err)
 	}
 

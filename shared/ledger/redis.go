@@ -153,8 +153,11 @@ func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdraw
 	return st, nil
 }
 
-// Release implements withdrawal.Ledger.
-func (l *Redis) Release(ctx context.Context, key withdrawal.IdemKey, id string) error {
+// Release implements withdrawal.Ledger. The reservation is dropped even
+// after a Create was sent: create.lua checks the reservation and writes
+// the record in one step, so a create that runs late, after this, finds
+// the reservation gone (or another's) and writes nothing.
+func (l *Redis) Release(ctx context.Context, key withdrawal.IdemKey, id string, _ bool) error {
 	k, err := l.shardKeys(key.Shard)
 	if err != nil {
 		return err

@@ -13,11 +13,13 @@ import (
 type Ledger interface {
 	// Reserve claims an idempotency key for a create, or reports its state.
 	Reserve(ctx context.Context, r Reservation) (KeyState, error)
-	// Release gives up a reservation whose Create failed, so the client may
-	// retry at once. A backend whose create is not one atomic step keeps
-	// the reservation's withdrawal id for the retry (a write of the failed
-	// create may still land). It is best effort: reservations also expire.
-	Release(ctx context.Context, key IdemKey, id string) error
+	// Release gives up a reservation for id, so the client may retry at
+	// once. sent says a Create for it was sent (and failed): a backend whose
+	// create is not one atomic step then keeps the reservation's withdrawal
+	// id for the retry, since a write of that create may still land; a
+	// reservation no Create was sent for is dropped (the key is free for
+	// another body). It is best effort: reservations also expire.
+	Release(ctx context.Context, key IdemKey, id string, sent bool) error
 	// Create stores w as scheduled, schedules it at w.DueAt and completes the
 	// key's reservation with response, which is CreatedBody(w): a ledger may
 	// keep it, or rebuild it from the record when the key is replayed (as

@@ -168,7 +168,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if late != nil && !stored {
 		// A new withdrawal at a time the clock refuses: the key goes back,
 		// so the refusal leaves nothing behind.
-		s.release(ctx, key, w.ID)
+		s.release(ctx, key, w.ID, false)
 		return Created{}, late
 	}
 	resp, err := CreatedBody(w)
@@ -186,7 +186,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		}
 	}
 	if err != nil {
-		s.release(ctx, key, w.ID)
+		s.release(ctx, key, w.ID, true)
 		return Created{}, err
 	}
 	correlation.Logger(s.cfg.Logger, w.RequestID).Info("withdrawal scheduled",
@@ -197,13 +197,14 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	return Created{ID: w.ID, Body: resp, ETag: w.ETag()}, nil
 }
 
-// release gives back the reservation of key for id after a create that
-// wrote nothing, so the client may retry at once. Best effort, even when
-// ctx is done: an unreleased reservation is taken over after its lock.
-func (s *Service) release(ctx context.Context, key IdemKey, id string) {
+// release gives back the reservation of key for id, so the client may
+// retry at once; sent says a Create was sent for it (see Ledger.Release).
+// Best effort, even when ctx is done: an unreleased reservation is taken
+// over after its lock.
+func (s *Service) release(ctx context.Context, key IdemKey, id string, sent bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.cfg.Ledger.Release(rctx, key, id); err != nil {
+	if err := s.cfg.Ledger.Release(rctx, key, id, sent); err != nil {
 		correlation.Logger(s.cfg.Logger, correlation.ID(ctx)).Warn("idempotency key not released",
 			"withdrawal_id", id, "error", err)
 	}

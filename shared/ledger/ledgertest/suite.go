@@ -167,7 +167,7 @@ func testKeyLifecycle(t *testing.T, b Backend) {
 		t.Fatalf("expired key: %+v %v", st, err)
 	}
 	// Release frees a reservation that was never completed.
-	if err := b.Ledger.Release(ctx, key, "wd_new"); err != nil {
+	if err := b.Ledger.Release(ctx, key, "wd_new", false); err != nil {
 		t.Fatal(err)
 	}
 	st, err = b.Ledger.Reserve(ctx, reservation(key, "fp4", "wd_newer", T0.Add(24*time.Hour+2*time.Second)))

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -313,7 +314,7 @@ func (w *sworld) create(t *rapid.T) {
 	if len(w.keys) > 0 && rapid.IntRange(0, 3).Draw(t, "create-again") == 0 {
 		c = rapid.SampledFrom(w.keys).Draw(t, "again") // the app resends after no answer
 	} else {
-		delay := rapid.SampledFrom([]int{0, 5, 60, 300}).Draw(t, "delay")
+		delay := rapid.SampledFrom([]int{0, 0, 5, 60}).Draw(t, "delay")
 		c = creation{key: fmt.Sprintf("k-%d", len(w.keys)), user: rapid.SampledFrom(users).Draw(t, "user"),
 			body: fmt.Sprintf(`{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":%d}`, delay)}
 		w.keys = append(w.keys, c)
@@ -419,10 +420,15 @@ func (w *sworld) poll() {
 // container may get it too).
 func (w *sworld) deliver(t *rapid.T) {
 	if len(w.sqs) == 0 {
+		w.poll()
+	}
+	if len(w.sqs) == 0 {
+		w.stats.seen("", "deliver-skipped: no message")
 		t.Skip("no message")
 	}
 	c := w.cons[rapid.IntRange(0, len(w.cons)-1).Draw(t, "container")]
 	if c.actor != nil && !c.actor.Done() {
+		w.stats.seen("", "deliver-skipped: busy")
 		t.Skip("container busy")
 	}
 	job := w.sqs[rapid.IntRange(0, len(w.sqs)-1).Draw(t, "message")]
@@ -568,6 +574,9 @@ func (w *sworld) check(t *rapid.T) {
 		if !slices.Contains(ids, id) {
 			w.fatalf("idempotency key %s answered %s, which the ledger does not hold", k, id)
 		}
+	}
+	if os.Getenv("STALL_DEBUG") != "" && w.steps > 30 {
+		w.fatalf("debug")
 	}
 	w.stats.seen(w.state(ids), "")
 }

@@ -15,7 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
+	"net/http/httptrace"
 	"slices"
 	"sort"
 	"strings"
@@ -78,7 +78,18 @@ type stallProvider struct {
 	notFound int
 }
 
+// RoundTrip serves r in-process. It tells the sender's trace the request
+// was written, as net/http's transport does once it left: the payout client
+// reads a request that never left as one that cannot have paid.
 func (p *stallProvider) RoundTrip(r *http.Request) (*http.Response, error) {
+	if trace := httptrace.ContextClientTrace(r.Context()); trace != nil {
+		if trace.WroteHeaders != nil {
+			trace.WroteHeaders()
+		}
+		if trace.WroteRequest != nil {
+			trace.WroteRequest(httptrace.WroteRequestInfo{})
+		}
+	}
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, r)
 	return rec.Result(), nil
@@ -177,8 +188,16 @@ type creation struct {
 	key, user, body string
 }
 
+// tb is what a world needs of its test: a *testing.T for a regression
+// test, a *rapid.T for the checker's runs.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 type sworld struct {
-	t     *rapid.T
+	t     tb
 	e     stallEnv
 	s     *stall.Scheduler
 	clk   *clock.Fake
@@ -213,7 +232,8 @@ func (w *sworld) fatalf(format string, args ...any) {
 	w.t.Fatalf("%s\ntrace:\n  %s\nstate:%s", fmt.Sprintf(format, args...), strings.Join(w.trace, "\n  "), w.summary())
 }
 
-func newSWorld(rt *rapid.T, e stallEnv, stats *runStats) *sworld {
+// newSWorld is a fresh run on e; seed drives the consumers' jitter.
+func newSWorld(rt tb, e stallEnv, stats *runStats, seed uint64) *sworld {
 	ctx := context.Background()
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		rt.Fatal(err)
@@ -248,7 +268,7 @@ func newSWorld(rt *rapid.T, e stallEnv, stats *runStats) *sworld {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		jitter := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "seed"), uint64(i)))
+		jitter := rand.New(rand.NewPCG(seed, uint64(i)))
 		var mu sync.Mutex
 		proc, err := withdrawal.NewProcessor(withdrawal.ProcessorConfig{
 			Ledger: w.led, Provider: client, Notifier: w.fin, Clock: clk, Logger: quiet,
@@ -301,12 +321,22 @@ func (w *sworld) spawn(kind string, fn func(ctx context.Context) error) *stall.A
 	name := fmt.Sprintf("%s#%d", kind, w.nActor)
 	a := w.s.Go(context.Background(), name, fn)
 	w.logf("start %s: %s", name, a)
-	if rapid.IntRange(0, 2).Draw(w.t, "run-through") == 0 {
-		// Most actors run undisturbed; the stalls come from the others.
-		err := w.s.Finish(a)
-		w.logf("%s ran through: %v", name, err)
-	}
 	return a
+}
+
+// maybeFinish may run a just started actor to its end: many actors run
+// undisturbed, the stalls come from the others.
+func (w *sworld) maybeFinish(t *rapid.T, a *stall.Actor) {
+	if rapid.IntRange(0, 2).Draw(t, "run-through") == 0 {
+		w.finish(a)
+	}
+}
+
+// finish runs a to its end.
+func (w *sworld) finish(a *stall.Actor) {
+	err := w.s.Finish(a)
+	w.logf("%s ran through: %v", a.Name(), err)
+	w.reap()
 }
 
 func (w *sworld) create(t *rapid.T) {
@@ -319,14 +349,14 @@ func (w *sworld) create(t *rapid.T) {
 			body: fmt.Sprintf(`{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":%d}`, delay)}
 		w.keys = append(w.keys, c)
 	}
-	w.spawn("create", func(ctx context.Context) error {
+	w.maybeFinish(t, w.spawn("create", func(ctx context.Context) error {
 		got, err := w.svc.Create(ctx, c.user, c.key, []byte(c.body))
 		if err == nil {
 			// Read by the checker once the actor ended (one runs at a time).
 			w.answered(c.key, got.ID)
 		}
 		return err
-	})
+	}))
 }
 
 // answered records a 200 of a create, on the actor's goroutine; check
@@ -350,10 +380,10 @@ func (w *sworld) cancel(t *rapid.T) {
 		t.Skip("nothing to cancel")
 	}
 	user := w.owner[id]
-	w.spawn("cancel", func(ctx context.Context) error {
+	w.maybeFinish(t, w.spawn("cancel", func(ctx context.Context) error {
 		_, err := w.svc.Cancel(ctx, user, id)
 		return err
-	})
+	}))
 }
 
 func (w *sworld) reschedule(t *rapid.T) {
@@ -364,10 +394,10 @@ func (w *sworld) reschedule(t *rapid.T) {
 	user := w.owner[id]
 	body := rapid.SampledFrom([]string{`{"delay_seconds":0}`, `{"delay_seconds":30}`, `{"delay_seconds":300}`}).
 		Draw(t, "reschedule-to")
-	w.spawn("reschedule", func(ctx context.Context) error {
+	w.maybeFinish(t, w.spawn("reschedule", func(ctx context.Context) error {
 		_, err := w.svc.Reschedule(ctx, user, id, []byte(body), "")
 		return err
-	})
+	}))
 }
 
 func (w *sworld) callback(t *rapid.T) {
@@ -378,10 +408,10 @@ func (w *sworld) callback(t *rapid.T) {
 	ev := rapid.SampledFrom(evs).Draw(t, "event")
 	body := fmt.Sprintf(`{"event_id":%q,"withdrawal_id":%q,"payout_id":%q,"status":%q,"reason":"model"}`,
 		ev.ID, ev.Withdrawal, ev.PayoutID, ev.Status)
-	w.spawn("callback", func(ctx context.Context) error {
+	w.maybeFinish(t, w.spawn("callback", func(ctx context.Context) error {
 		_, err := w.svc.Callback(ctx, []byte(body))
 		return err
-	})
+	}))
 }
 
 func (w *sworld) reconcile(t *rapid.T) {
@@ -389,10 +419,10 @@ func (w *sworld) reconcile(t *rapid.T) {
 	if !ok {
 		t.Skip("no reconciler on this backend")
 	}
-	w.spawn("reconciler", func(ctx context.Context) error {
+	w.maybeFinish(t, w.spawn("reconciler", func(ctx context.Context) error {
 		_, err := r.Reconcile(ctx, w.clk.Now())
 		return err
-	})
+	}))
 }
 
 // poll claims what is due and hands it to the work queue (the poller is
@@ -431,12 +461,17 @@ func (w *sworld) deliver(t *rapid.T) {
 		w.stats.seen("", "deliver-skipped: busy")
 		t.Skip("container busy")
 	}
-	job := w.sqs[rapid.IntRange(0, len(w.sqs)-1).Draw(t, "message")]
+	w.maybeFinish(t, w.deliverTo(c, w.sqs[rapid.IntRange(0, len(w.sqs)-1).Draw(t, "message")]))
+}
+
+// deliverTo starts c's consumer on job.
+func (w *sworld) deliverTo(c *container, job delayq.Job) *stall.Actor {
 	c.job = &job
 	c.actor = w.spawn("consumer-"+c.name, func(ctx context.Context) error {
 		return c.proc.ProcessClaimed(ctx, withdrawal.Ref{Shard: job.Shard, ID: job.ID}, time.UnixMilli(job.Due).UTC())
 	})
 	w.reap()
+	return c.actor
 }
 
 // reap takes the messages whose delivery succeeded off the work queue.
@@ -525,7 +560,10 @@ func (w *sworld) advance(t *rapid.T) {
 // ---- invariants ----
 
 // check holds after every step; its reads carry no actor.
-func (w *sworld) check(t *rapid.T) {
+func (w *sworld) check(*rapid.T) { w.verify() }
+
+// verify checks the invariants that hold after every step.
+func (w *sworld) verify() {
 	w.steps++
 	ids := w.ids()
 	perUser := map[string]int{}
@@ -575,9 +613,6 @@ func (w *sworld) check(t *rapid.T) {
 			w.fatalf("idempotency key %s answered %s, which the ledger does not hold", k, id)
 		}
 	}
-	if os.Getenv("STALL_DEBUG") != "" && w.steps > 30 {
-		w.fatalf("debug")
-	}
 	w.stats.seen(w.state(ids), "")
 }
 
@@ -600,7 +635,7 @@ func (w *sworld) state(ids []string) string {
 // drain finishes every actor, delivers what was held, and lets the world
 // run without stalls until quiet; then the ledger must agree with the
 // provider and finance must have been told exactly the final statuses.
-func (w *sworld) drain(t *rapid.T) {
+func (w *sworld) drain() {
 	w.s.FinishAll()
 	w.reap()
 	for _, l := range w.s.Lates() {
@@ -617,7 +652,7 @@ func (w *sworld) drain(t *rapid.T) {
 			w.fatalf("drain: callback %s: %v", ev.ID, err)
 		}
 	}
-	w.check(t)
+	w.verify()
 	for round := 0; ; round++ {
 		if round == 40 {
 			w.fatalf("the world did not settle")
@@ -670,7 +705,7 @@ func (w *sworld) drain(t *rapid.T) {
 			w.fatalf("finance was not told the outcome: %s", where)
 		}
 	}
-	w.check(t)
+	w.verify()
 }
 
 func (w *sworld) summary() string {
@@ -691,7 +726,7 @@ func (w *sworld) summary() string {
 
 func stallRun(e stallEnv, stats *runStats) func(*rapid.T) {
 	return func(t *rapid.T) {
-		w := newSWorld(t, e, stats)
+		w := newSWorld(t, e, stats, rapid.Uint64().Draw(t, "seed"))
 		defer w.close()
 		defer w.s.Abort()
 		act := func(name string, f func(*rapid.T)) func(*rapid.T) {
@@ -736,7 +771,7 @@ func stallRun(e stallEnv, stats *runStats) func(*rapid.T) {
 			}),
 			"": w.check,
 		})
-		w.drain(t)
+		w.drain()
 		stats.mu.Lock()
 		stats.runs++
 		stats.steps += w.steps
@@ -748,37 +783,45 @@ func TestModelStall(t *testing.T) {
 	for _, name := range []string{"redis", "dynamodb"} {
 		t.Run(name, func(t *testing.T) {
 			n := stallRuns(t, name)
-			srv := redistest.Start(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32})
-			rdb.AddHook(stall.RedisHook{})
-			t.Cleanup(func() { _ = rdb.Close() })
-			e := stallEnv{name: name, rdb: rdb}
-			if name == "redis" {
-				e.open = func(q *delayq.Queue) (withdrawal.Ledger, func(), error) {
-					l := ledger.NewRedis(rdb, q)
-					l.Grace = time.Minute
-					return l, func() {}, nil
-				}
-			} else {
-				db := dynalitetest.Start(t)
-				client := db.Client()
-				e.open = func(q *delayq.Queue) (withdrawal.Ledger, func(), error) {
-					k := tableSeq.Add(1)
-					tables := ledger.Tables{Withdrawals: fmt.Sprintf("sw-%d", k), Orders: fmt.Sprintf("so-%d", k),
-						Idempotency: fmt.Sprintf("si-%d", k)}
-					if err := ledger.CreateTables(context.Background(), client, tables); err != nil {
-						return nil, nil, err
-					}
-					l := ledger.NewDynamo(stall.Dynamo(client), tables, q, ledger.DynamoOptions{Logger: quiet, Grace: time.Minute})
-					return l, func() { dropTables(client, tables) }, nil
-				}
-			}
+			e := openStallEnv(t, name)
 			stats := &runStats{states: map[string]bool{}, acts: map[string]int{}}
 			start := time.Now()
 			rapid.Check(t, stallRun(e, stats))
 			report(t, "stall/"+name, n, stats, time.Since(start))
 		})
 	}
+}
+
+// openStallEnv starts the stores of a backend, with the stall hooks on
+// their clients.
+func openStallEnv(t *testing.T, name string) stallEnv {
+	srv := redistest.Start(t)
+	// Above the number of actors: a parked actor in a WATCH holds a
+	// connection.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32})
+	rdb.AddHook(stall.RedisHook{})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := stallEnv{name: name, rdb: rdb}
+	if name == "redis" {
+		e.open = func(q *delayq.Queue) (withdrawal.Ledger, func(), error) {
+			l := ledger.NewRedis(rdb, q)
+			l.Grace = time.Minute
+			return l, func() {}, nil
+		}
+		return e
+	}
+	client := dynalitetest.Start(t).Client()
+	e.open = func(q *delayq.Queue) (withdrawal.Ledger, func(), error) {
+		k := tableSeq.Add(1)
+		tables := ledger.Tables{Withdrawals: fmt.Sprintf("sw-%d", k), Orders: fmt.Sprintf("so-%d", k),
+			Idempotency: fmt.Sprintf("si-%d", k)}
+		if err := ledger.CreateTables(context.Background(), client, tables); err != nil {
+			return nil, nil, err
+		}
+		l := ledger.NewDynamo(stall.Dynamo(client), tables, q, ledger.DynamoOptions{Logger: quiet, Grace: time.Minute})
+		return l, func() { dropTables(client, tables) }, nil
+	}
+	return e
 }
 
 // stallRuns is runs for the stalling checker: its own default, MODEL_RUNS

@@ -2,9 +2,25 @@ package modelcheck_test
 
 // The stalling checker (issue 21, "The checker: a world that stalls"): the
 // withdrawal lifecycle run by actors that the stall scheduler parks at every
-// Redis, DynamoDB and provider call, so that rapid chooses every
+// Redis, DynamoDB, provider and finance call, so that rapid chooses every
 // interleaving, how long anyone stalls in model time, which calls fail,
 // lose their answer, are sent twice, or are given up on and arrive late.
+//
+// Actors: two consumer containers (processors with their own state, one
+// delivery at a time each), create, cancel and reschedule calls of the
+// service, provider callbacks, reconciler passes. The provider is the real
+// payout client's counterpart, in-process behind the stall transport: it
+// refuses a signature older than 5 minutes, pays each withdrawal once, and
+// its lookup may lag by a minute. Every step is followed by the invariants
+// (reads that carry no actor); each run ends drained (every actor finished,
+// every held call delivered, deliveries run until quiet) and judged again.
+//
+// Not modelled yet: the poller as an actor (it claims and acks within a
+// step), SQS visibility timeouts (a message is redelivered at once when its
+// delivery fails), a provider that refuses, leaves a request pending or
+// returns a payout, a provider that forgets idempotency keys, operators
+// (resolve), a Redis restart or data loss, more than one withdrawal per
+// consumer batch, and If-Match on reschedules.
 
 import (
 	"context"
@@ -48,7 +64,7 @@ const (
 )
 
 // defaultStallRuns are the runs per backend without MODEL_RUNS.
-var defaultStallRuns = map[string]int{"redis": 60, "dynamodb": 25}
+var defaultStallRuns = map[string]int{"redis": 150, "dynamodb": 30}
 
 // ---- the provider ----
 

@@ -64,7 +64,7 @@ const (
 )
 
 // defaultStallRuns are the runs per backend without MODEL_RUNS.
-var defaultStallRuns = map[string]int{"redis": 150, "dynamodb": 30}
+var defaultStallRuns = map[string]int{"redis": 150, "dynamodb": 20}
 
 // ---- the provider ----
 

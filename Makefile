@@ -81,7 +81,7 @@ tools: ## Install what the tests need when missing (redis-server, zip, npm, chro
 	@bash .ci/provision
 
 # tools first: vet and npm ci need what it installs.
-test: tools vet node_modules/.bin/dynalite ## Every test, with the race detector (spawns its own redis-server and dynalite processes), then each fuzz target for FUZZ_SHORT (20000 executions)
+test: tools vet lint node_modules/.bin/dynalite ## golangci-lint, then every test, with the race detector (spawns its own redis-server and dynalite processes), then each fuzz target for FUZZ_SHORT (20000 executions)
 	$(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 

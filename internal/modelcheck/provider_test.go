@@ -208,11 +208,11 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if onCall != nil {
 		onCall()
 	}
-	switch {
-	case b == payNoAnswer || b == resetUnread:
+	switch b {
+	case payNoAnswer, resetUnread:
 		drop(w)
 		return
-	case b == payHang:
+	case payHang:
 		time.Sleep(p.hangFor)
 	}
 	if status != http.StatusOK {

@@ -72,7 +72,7 @@ func (f fate) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin)
 	if f.dead() {
 		return withdrawal.Withdrawal{}, 0, errDied
 	}
-	before, ferr := f.Ledger.Find(ctx, ref.ID)
+	before, ferr := f.Find(ctx, ref.ID)
 	got, start, err := f.Ledger.Begin(ctx, ref, b)
 	if err == nil && start == withdrawal.StartAttempt && ferr == nil &&
 		(before.Status == withdrawal.Scheduled || before.Status == withdrawal.Retrying) {

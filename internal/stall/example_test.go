@@ -21,7 +21,7 @@ func Example() {
 	}
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	rdb.AddHook(stall.RedisHook{}) // once per client; free for calls without an actor
 
 	increment := func(ctx context.Context) error {

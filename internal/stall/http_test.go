@@ -80,7 +80,7 @@ func (p *provider) pay(body string, out *sent) func(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		got, err := io.ReadAll(resp.Body)
 		out.status, out.body = resp.StatusCode, string(got)
 		return err

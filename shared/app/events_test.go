@@ -36,7 +36,9 @@ func (d handlerDispatcher) Dispatch(ctx context.Context, jobs []delayq.Job) ([]d
 	var refused []delayq.Job
 	for _, f := range resp.BatchItemFailures {
 		var i int
-		fmt.Sscan(f.ItemIdentifier, &i)
+		if _, err := fmt.Sscan(f.ItemIdentifier, &i); err != nil {
+			return jobs, fmt.Errorf("batch item failure %q: %w", f.ItemIdentifier, err)
+		}
 		refused = append(refused, jobs[i])
 	}
 	return refused, nil

@@ -139,7 +139,7 @@ func TestWebhookTransportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := "http://" + ln.Addr().String()
-	ln.Close()
+	_ = ln.Close() // closed so that nothing listens there
 
 	tests := []struct {
 		name string
@@ -171,7 +171,7 @@ func TestWebhookErrorHidesURLCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close() // closed so that nothing listens there
 
 	for _, host := range []string{strings.TrimPrefix(srv.URL, "http://"), refused} {
 		h := newWebhook(t, WebhookConfig{URL: "http://finance:pa55word@" + host + "/hook?token=t0ken"})

@@ -224,7 +224,7 @@ func TestOrderLedgerCreateOrVoid(t *testing.T) {
 					wg.Wait()
 					// One write won for everybody: the order (every create
 					// succeeds, every void finds it) or the void.
-					if !(made.Load() == 4 && ordered.Load() == 4) && !(refused.Load() == 4 && voided.Load() == 4) {
+					if (made.Load() != 4 || ordered.Load() != 4) && (refused.Load() != 4 || voided.Load() != 4) {
 						t.Fatalf("created %d, refused %d, voided %d, found ordered %d", made.Load(), refused.Load(), voided.Load(), ordered.Load())
 					}
 				}

@@ -95,8 +95,6 @@ func NewRedis(rdb redis.Cmdable, q *delayq.Queue) *Redis {
 	return &Redis{rdb: rdb, q: q}
 }
 
-func (l *Redis) userKeys(userID string) delayq.Keys { return l.q.Keys(l.q.ShardFor(userID)) }
-
 func (l *Redis) shardKeys(shard int) (delayq.Keys, error) {
 	if shard < 0 || shard >= l.q.Shards() {
 		return delayq.Keys{}, fmt.Errorf("ledger: withdrawal shard %d outside 0..%d", shard, l.q.Shards()-1)

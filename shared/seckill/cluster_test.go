@@ -242,7 +242,7 @@ func TestFlashSaleOnCluster(t *testing.T) {
 		// cross-slot command when there is one.
 		guard := &redistest.SlotGuard{}
 		raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.c.Addrs()})
-		defer raw.Close()
+		defer func() { _ = raw.Close() }()
 		raw.AddHook(guard)
 		ctx := context.Background()
 		_ = raw.MGet(ctx, "{a}x", "{b}x").Err()

@@ -87,8 +87,6 @@ const (
 	lfKinds
 )
 
-var lfNames = []string{"unavailable", "lost", "resent", "slow", "late", "timeout", "refused"}
-
 var errUnavailable = errors.New("test: order ledger unavailable")
 
 // parker parks the calling goroutine until the driver releases it.

@@ -162,7 +162,9 @@ func soldOnce(t *testing.T, b orderBackend, item string, applyFirst, lose bool) 
 	defer func() {
 		if !released {
 			close(held.release)
-			<-first
+			if err := <-first; err != nil { // the test failed already; this waits it out
+				t.Logf("the held delivery: %v", err)
+			}
 		}
 	}()
 

@@ -277,9 +277,6 @@ func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released + m.e
 // yet: those that left the stock and were neither confirmed nor paid.
 func (m shardMeta) pending() int64 { return m.stock - m.left - m.confirmd - m.paid }
 
-// unordered is the units admitted whose order is not made yet.
-func (m shardMeta) unordered() int64 { return m.pending() - m.awaiting }
-
 // leftField is the meta field of the stock left under an item version.
 func leftField(version int64) string { return "left:" + strconv.FormatInt(version, 10) }
 

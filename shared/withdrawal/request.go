@@ -216,7 +216,7 @@ func (r Rules) CheckDue(at, now time.Time, field string) error {
 
 func fingerprint(r Request, dueSpelling string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "amount=%s\x00currency=%s\x00destination=%s\x00%s",
+	_, _ = fmt.Fprintf(h, "amount=%s\x00currency=%s\x00destination=%s\x00%s",
 		r.Amount.String(), r.Currency, r.Destination, dueSpelling)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -929,7 +929,7 @@ func testRequestID(t *testing.T, b Backend) {
 			t.Fatal(err)
 		}
 		check("retry", got, c.want)
-		got, _, attempt = begin(t, b, c.w.Ref(), T0.Add(time.Second), T0.Add(time.Minute))
+		_, _, attempt = begin(t, b, c.w.Ref(), T0.Add(time.Second), T0.Add(time.Minute))
 		if got, err = b.Ledger.Finish(ctx, c.w.Ref(), attempt, withdrawal.Result{Status: withdrawal.Paid, PayoutID: "po", At: T0}); err != nil {
 			t.Fatal(err)
 		}

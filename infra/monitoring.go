@@ -287,7 +287,8 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			EvaluationPeriods: jsii.Number(1),
 		})
 	alarm("PayoutCallbackConflictsAlarm",
-		"A payout provider callback contradicts how a withdrawal ended (failed after paid, paid after cancelled): "+
+		"A payout provider callback contradicts how a withdrawal ended (failed after paid, paid after cancelled), "+
+			"or is about a withdrawal never sent to the provider (409 not_sent): "+
 			"nothing was changed; reconcile it with the provider by hand.",
 		&awscloudwatch.AlarmProps{
 			Metric:            hgMetric(metrics.PayoutConflicts, "Sum", "", nil),

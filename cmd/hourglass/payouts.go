@@ -121,8 +121,16 @@ func payoutsResolveCmd() *cobra.Command {
 provider's own records say: --paid with the provider's payout id, or --failed
 with the reason. The resolution is kept in the ledger with who (--by, default
 the operating system user) and when, and finance is told of it like of any
-outcome. A withdrawal whose payout attempt is running right now, or that ended
-otherwise, is refused (exit 1); resolving it as it already ended does nothing.`,
+outcome.
+
+Only what "payouts unresolved" lists is an operator's to settle: a withdrawal
+that a call may have paid (paid or failed), or one that no call may have paid
+but that retries past HOURGLASS_MAX_ATTEMPTS (failed only: no money left).
+Anything else is refused with the reason and nothing is written (exit 1): a
+withdrawal never sent to the provider (scheduled, or cancelled before any
+call), one the payout step still settles itself, one whose payout attempt is
+running right now (try again after it), one that ended otherwise. Resolving
+it as it already ended does nothing.`,
 		Example: `  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --paid po_8841
   hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --failed "not at the provider (checked 2026-12-01)" --by alice`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -139,6 +147,7 @@ otherwise, is refused (exit 1); resolving it as it already ended does nothing.`,
 				return err
 			}
 			defer done()
+			r.MaxAttempts = a.Config.MaxAttempts
 			w, err := a.Service.Resolve(cmd.Context(), args[0], r)
 			var verr *validation.Error
 			switch {

@@ -118,3 +118,47 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 		t.Fatalf("still unresolved: %+v", list)
 	}
 }
+
+// TestOperatorCannotResolveAWithdrawalNeverSent: a withdrawal still
+// scheduled was never sent to the provider: nothing but the payout step
+// settles it. Resolving it, as paid or failed, is refused with the reason
+// (exit 1) and writes nothing: it stays scheduled at its time, with no
+// attempts, and finance hears nothing.
+func TestOperatorCannotResolveAWithdrawalNeverSent(t *testing.T) {
+	rs := redistest.Start(t)
+	finance := newFinanceSwitch(t)
+	finance.on.Store(true)
+	s := serve(t, proctest.FreeAddr(t), map[string]string{
+		"REDIS_URL": rs.URL(), "FINANCE_WEBHOOK_URL": finance.URL, "HOURGLASS_POLL_INTERVAL": "50ms",
+		"HOURGLASS_LOG_LEVEL": "warn",
+	})
+	env := map[string]string{"REDIS_URL": rs.URL()}
+	c := s.create("alice", "k1", `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":3600}`)
+	if c.status != 202 {
+		t.Fatalf("create: %d %s", c.status, c.raw)
+	}
+	id := c.body["id"].(string)
+	before := ok(t, env, "withdrawals", "show", id, "--json")
+
+	for _, verdict := range [][]string{{"--paid", "po_invented"}, {"--failed", "not at the provider"}} {
+		r := hg(t, env, append([]string{"payouts", "resolve", id, "--by", "alice@ops"}, verdict...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "never sent to the payout provider") ||
+			!strings.Contains(r.stderr, "not resolvable") || strings.Contains(r.stdout, "finance will be told") {
+			t.Fatalf("resolve %v of a scheduled withdrawal: exit %d\nstdout: %s\nstderr: %s", verdict, r.code, r.stdout, r.stderr)
+		}
+	}
+	if after := ok(t, env, "withdrawals", "show", id, "--json"); after != before {
+		t.Fatalf("a refused resolution changed the withdrawal:\nbefore: %s\nafter:  %s", before, after)
+	}
+	if w := s.do("GET", "/v1/withdrawals/"+id, "alice", nil, ""); w.body["status"] != "scheduled" || w.body["attempts"] != 0.0 ||
+		w.body["due_at"] != c.body["due_at"] {
+		t.Fatalf("after refused resolutions the user sees %s", w.raw)
+	}
+	time.Sleep(500 * time.Millisecond) // a job made due now would have told finance by now
+	if n := finance.heard(id); n != 0 {
+		t.Fatalf("finance heard %d times of a withdrawal never sent", n)
+	}
+	if out := ok(t, env, "payouts", "unresolved"); !strings.Contains(out, "no unresolved payouts") {
+		t.Fatalf("unresolved:\n%s", out)
+	}
+}

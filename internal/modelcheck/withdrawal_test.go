@@ -523,15 +523,54 @@ func (w *world) callback(t *rapid.T) {
 	w.lose.Disarm()
 }
 
+// send delivers a signed callback. One about a withdrawal never sent to
+// the provider must be refused (ErrNotSent) and change nothing; one about
+// a withdrawal sent is never refused so (nothing makes it unsent).
 func (w *world) send(t *rapid.T, ev event) {
 	body := fmt.Sprintf(`{"event_id":%q,"withdrawal_id":%q,"payout_id":%q,"status":%q,"reason":"model"}`,
 		ev.ID, ev.Withdrawal, ev.PayoutID, ev.Status)
+	before, ferr := w.led.Find(context.Background(), ev.Withdrawal)
 	got, err := w.svc.Callback(context.Background(), []byte(body))
 	w.logf("callback %s %s %s: %s %v", ev.ID, ev.Withdrawal, ev.Status, got.Applied, err)
 	if err != nil &&
-		!errors.Is(err, lostreply.ErrLost) && !errors.Is(err, withdrawal.ErrNotFound) {
+		!errors.Is(err, lostreply.ErrLost) && !errors.Is(err, withdrawal.ErrNotFound) && !errors.Is(err, withdrawal.ErrNotSent) {
 		t.Fatalf("callback %s: %v", body, err)
 	}
+	if ferr != nil {
+		return
+	}
+	never := before.NeverSent()
+	switch {
+	case never && err == nil:
+		w.fatalf(t, "a callback about a withdrawal never sent was taken (%s): %+v", got.Applied, before)
+	case !never && errors.Is(err, withdrawal.ErrNotSent):
+		w.fatalf(t, "a callback about a withdrawal sent was refused as never sent: %+v", before)
+	case never:
+		after, aerr := w.led.Find(context.Background(), ev.Withdrawal)
+		if aerr != nil || after.Revision != before.Revision || after.Status != before.Status || after.Op != before.Op {
+			w.fatalf(t, "a refused callback changed a withdrawal never sent: %+v -> %+v %v", before, after, aerr)
+		}
+	}
+}
+
+// forgedCallback is a signed callback about a withdrawal that the provider
+// never received (a provider's bug, a misrouted event): about one never
+// sent it must be refused and change nothing (send checks it).
+func (w *world) forgedCallback(t *rapid.T) {
+	var never []string
+	for _, id := range w.ids {
+		if rec, err := w.led.Find(context.Background(), id); err == nil && rec.NeverSent() && !w.prov.truth(id).received {
+			never = append(never, id)
+		}
+	}
+	if len(never) == 0 {
+		t.Skip("every withdrawal was sent")
+	}
+	id := rapid.SampledFrom(never).Draw(t, "never-sent")
+	st := rapid.SampledFrom([]string{"paid", "failed", "returned"}).Draw(t, "forged-status")
+	w.armLoss("forged-callback-loss")
+	w.send(t, event{ID: "forged-" + id + "-" + st, Withdrawal: id, Status: st, PayoutID: "po_forged"})
+	w.lose.Disarm()
 }
 
 func (w *world) providerSettles(t *rapid.T) {
@@ -564,11 +603,19 @@ func (w *world) resolve(t *rapid.T, id string) {
 	case tr.status == "pending":
 		return
 	}
+	r.MaxAttempts = maxAttempts
+	before, ferr := w.led.Find(context.Background(), id)
 	_, err := w.svc.Resolve(context.Background(), id, r)
 	w.logf("operator resolves %s %s: %v", id, r.Status, err)
 	if err != nil &&
 		!errors.Is(err, withdrawal.ErrNotResolvable) && !errors.Is(err, lostreply.ErrLost) {
 		t.Fatalf("resolve %s: %v", id, err)
+	}
+	if ferr == nil && before.NeverSent() {
+		after, aerr := w.led.Find(context.Background(), id)
+		if err == nil || aerr != nil || after.Revision != before.Revision || after.Status != before.Status {
+			w.fatalf(t, "an operator's resolution of a withdrawal never sent: %v, %+v -> %+v %v", err, before, after, aerr)
+		}
 	}
 }
 
@@ -766,6 +813,7 @@ func run(e env, stats *runStats) func(*rapid.T) {
 			"advance":          act("advance", w.advance),
 			"reconcile":        act("reconcile", w.reconcile),
 			"callback":         act("callback", w.callback),
+			"forged-callback":  act("forged-callback", w.forgedCallback),
 			"provider-settles": act("provider-settles", w.providerSettles),
 			"provider-returns": act("provider-returns", w.providerReturns),
 			"resume-stalled":   act("resume-stalled", w.resume),

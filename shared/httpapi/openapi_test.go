@@ -319,6 +319,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
 		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodePreheatInProgress, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
 		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable, httpapi.CodePaymentMismatch,
+		httpapi.CodeNotSent,
 	}
 	slices.Sort(inSpec)
 	slices.Sort(codes)
@@ -372,10 +373,13 @@ func TestOpenAPIResponses(t *testing.T) {
 	})
 
 	t.Run("payout callbacks", func(t *testing.T) {
-		s := newStack(t, u, map[string]string{"HOURGLASS_RATE_WEBHOOK_SOURCE": "3/m"})
+		s := newStack(t, u, map[string]string{"HOURGLASS_RATE_WEBHOOK_SOURCE": "4/m"})
 		v, _ := s.create(t, key("oa-cb"))
+		never, _ := s.create(t, key("oa-never"))
+		sent(t, s, v.ID)
 		sign := func(raw string) []byte { return callback(t, webhookSecret, raw, time.Time{}) }
 		wantStatus(t, sp.invoke(t, s, sign(callbackBody("oa-1", v.ID, "paid")), true), 200)
+		checkProblem(t, sp.invoke(t, s, sign(callbackBody("oa-n", never.ID, "paid")), true), want{status: 409, code: "not_sent"})
 		checkProblem(t, sp.invoke(t, s, sign(`{"event_id":"oa-2"}`), false), want{status: 400, code: "validation_failed",
 			fields: []string{"withdrawal_id", "status"}})
 		checkProblem(t, sp.invoke(t, s, sign(callbackBody("oa-3", withdrawal.NewID(time.Now()), "paid")), false),

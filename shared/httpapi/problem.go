@@ -69,6 +69,14 @@ const (
 	CodeRateLimitUnavailable = "rate_limit_unavailable"
 )
 
+// Stable problem codes of the payout provider's callbacks.
+const (
+	// CodeNotSent (409): the callback is about a withdrawal that was never
+	// sent to the provider (scheduled, or cancelled before any call); it
+	// changed nothing and operators are alerted.
+	CodeNotSent = "not_sent"
+)
+
 // Stable problem codes of the payment provider's confirmations.
 const (
 	// CodePaymentMismatch (422): the payment's amount or currency is not
@@ -78,6 +86,7 @@ const (
 
 var titles = map[string]string{
 	CodePaymentMismatch:      "The payment's amount or currency is not the order's",
+	CodeNotSent:              "The withdrawal was never sent for payout",
 	CodeValidationFailed:     "The request is not valid",
 	CodePayloadTooLarge:      "The request body is too large",
 	CodeUnsupportedMediaType: "The request body must be application/json",

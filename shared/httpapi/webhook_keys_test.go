@@ -25,6 +25,7 @@ func TestCallbackKeysRotate(t *testing.T) {
 	s.app.Secrets.Webhook = secrets.NewCached(store, id, secrets.CachedOptions{Clock: clk})
 	s.h = lambda.NewHandler(s.app.Router().Serve)
 	v, _ := s.create(t, key("cbkeys"))
+	sent(t, s, v.ID)
 
 	wantCallback(t, s.invoke(t, callback(t, "cb-A", callbackBody("ev-1", v.ID, "paid"), time.Time{})), "paid", "applied")
 	// The provider moves to cb-B; the secret says so, the function's cache

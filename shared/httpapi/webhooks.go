@@ -59,6 +59,10 @@ func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGat
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
 	s, err := h.Service.Callback(ctx, r.Body)
+	if errors.Is(err, withdrawal.ErrNotSent) {
+		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusConflict, CodeNotSent,
+			"the withdrawal is "+string(s.Withdrawal.Shown())+" and was never sent for payout; the callback changed nothing")
+	}
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}

@@ -61,6 +61,7 @@ func TestPayoutCallbacks(t *testing.T) {
 	eachBackend(t, func(t *testing.T, redisURL string) {
 		s := newStack(t, redisURL, nil)
 		v, _ := s.create(t, key("cb"))
+		sent(t, s, v.ID) // a callback is about a payout asked for
 		wantCallback(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-1", v.ID, "paid"), time.Time{})), "paid", "applied")
 		wantCallback(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-1", v.ID, "paid"), time.Time{})), "paid", "duplicate")
 		wantCallback(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-2", v.ID, "failed"), time.Time{})), "paid", "conflict")
@@ -101,6 +102,94 @@ func TestPayoutCallbacks(t *testing.T) {
 		// Nothing of the refused ones was applied.
 		if got := wantView(t, s.invoke(t, rawFixtureFor(t, "withdrawal-get", v.ID)).Body); got.Status != withdrawal.Returned {
 			t.Fatalf("after refused callbacks: %+v", got)
+		}
+	})
+}
+
+// sent starts withdrawal id's payout attempt as the payout step does when
+// it falls due: its call to the provider may be on its way.
+func sent(t *testing.T, s *stack, id string) withdrawal.Withdrawal {
+	t.Helper()
+	w, err := s.app.Ledger.Find(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, start, err := s.app.Ledger.Begin(t.Context(), w.Ref(), withdrawal.Begin{Attempt: withdrawal.NewAttemptID(w.DueAt),
+		Now: w.DueAt, Until: w.DueAt.Add(time.Minute)})
+	if err != nil || start != withdrawal.StartAttempt {
+		t.Fatalf("begin %s: %v %v", id, start, err)
+	}
+	return got
+}
+
+// TestPayoutCallbackForAWithdrawalNeverSent: a signed callback about a
+// withdrawal never sent to the provider (scheduled, or cancelled before any
+// call) is refused, 409 not_sent, and changes nothing; it is logged at
+// error and counted (PayoutCallbacks with Result not_sent, and
+// PayoutConflicts, which alarms). After a real send the same event applies.
+func TestPayoutCallbackForAWithdrawalNeverSent(t *testing.T) {
+	eachBackend(t, func(t *testing.T, redisURL string) {
+		s := newStack(t, redisURL, nil)
+		emf := &lockedBuffer{}
+		s.app.EmitMetricsTo(emf)
+		v, _ := s.create(t, key("never-sent"))
+		before, err := s.app.Ledger.Find(t.Context(), v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []string{"failed", "paid", "returned"} {
+			p := checkProblem(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-"+st, v.ID, st), time.Time{})),
+				want{status: 409, code: "not_sent"})
+			if !strings.Contains(p.Detail, "scheduled") {
+				t.Errorf("%s callback: detail %q does not say where the withdrawal stands", st, p.Detail)
+			}
+		}
+		after, err := s.app.Ledger.Find(t.Context(), v.ID)
+		if err != nil || after.Status != withdrawal.Scheduled || after.Revision != before.Revision || after.Op != before.Op {
+			t.Fatalf("refused callbacks changed the withdrawal: %+v -> %+v %v", before, after, err)
+		}
+		if at, ok, err := s.app.Withdrawals.DueAt(t.Context(), after.Shard, after.ID); err != nil || !ok || !at.Equal(before.DueAt) {
+			t.Fatalf("after refused callbacks the job is due %v (%v, %v), want still %v", at, ok, err, before.DueAt)
+		}
+		if got := wantView(t, s.invoke(t, rawFixtureFor(t, "withdrawal-get", v.ID)).Body); got.Status != withdrawal.Scheduled {
+			t.Fatalf("the user sees %s", got.Status)
+		}
+		var refusedLogs, notSent, conflicts int
+		for _, l := range strings.Split(s.log.String(), "\n") {
+			if strings.Contains(l, `"level":"ERROR"`) && strings.Contains(l, "never sent") && strings.Contains(l, v.ID) {
+				refusedLogs++
+			}
+		}
+		for _, l := range strings.Split(emf.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil {
+				continue
+			}
+			if m["PayoutCallbacks"] == 1.0 && m["Result"] == "not_sent" {
+				notSent++
+			}
+			if m["PayoutConflicts"] == 1.0 {
+				conflicts++
+			}
+		}
+		if refusedLogs != 3 || notSent != 3 || conflicts != 3 {
+			t.Fatalf("3 refused callbacks: %d error lines, %d PayoutCallbacks not_sent, %d PayoutConflicts; want 3 each\nlogs:\n%s\nmetrics:\n%s",
+				refusedLogs, notSent, conflicts, s.log.String(), emf.String())
+		}
+
+		// Sent for real, the same event is applied.
+		sent(t, s, v.ID)
+		wantCallback(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-failed", v.ID, "failed"), time.Time{})), "failed", "applied")
+
+		// Cancelled before any call: never sent either.
+		c, _ := s.create(t, key("cancelled"))
+		if resp := s.invoke(t, rawFixtureFor(t, "withdrawal-cancel", c.ID)); resp.StatusCode != 200 {
+			t.Fatalf("cancel: %d %s", resp.StatusCode, resp.Body)
+		}
+		checkProblem(t, s.invoke(t, callback(t, webhookSecret, callbackBody("ev-c", c.ID, "paid"), time.Time{})),
+			want{status: 409, code: "not_sent"})
+		if got := wantView(t, s.invoke(t, rawFixtureFor(t, "withdrawal-get", c.ID)).Body); got.Status != withdrawal.Cancelled {
+			t.Fatalf("after a refused callback the cancelled withdrawal is %s", got.Status)
 		}
 	})
 }

@@ -756,11 +756,8 @@ func (d *Dynamo) Resolve(ctx context.Context, id string, r withdrawal.Resolution
 			return withdrawal.Withdrawal{}, err
 		case w.Status == r.Status:
 			return w, nil
-		case w.Status.Final():
-			return w, fmt.Errorf("ledger: %s is %s already: %w", id, w.Status, withdrawal.ErrNotResolvable)
-		case w.Status == withdrawal.Processing && w.ProcessingUntil.After(r.At):
-			return w, fmt.Errorf("ledger: %s: a payout attempt runs until %s; try again after it: %w",
-				id, w.ProcessingUntil.Format(time.RFC3339), withdrawal.ErrNotResolvable)
+		case withdrawal.Unresolvable(w, r) != "":
+			return w, notResolvable(w, r)
 		}
 		vals := item{":st": s(string(r.Status)), ":at": ms(r.At), ":by": s(r.By), ":unnotified": s(unnotified)}
 		set := "#status = :st, processed_at = :at, updated_at = :at, resolved_by = :by, resolved_at = :at, state_key = :unnotified"
@@ -769,8 +766,17 @@ func (d *Dynamo) Resolve(ctx context.Context, id string, r withdrawal.Resolution
 		} else {
 			set, vals[":err"] = set+", last_error = :err", s(r.Reason)
 		}
+		// The compare-and-set pins the record Unresolvable judged; the
+		// condition states the rule too (resolve.lua's), so that no write
+		// settles a withdrawal that no call may have paid but as failed
+		// past the attempts.
+		cond := unchanged(w, vals) + " AND attribute_exists(maybe_paid)"
+		if r.Status == withdrawal.Failed && r.MaxAttempts > 0 {
+			vals[":retrying"], vals[":max"] = s(string(withdrawal.Retrying)), n(int64(r.MaxAttempts))
+			cond = unchanged(w, vals) + " AND (attribute_exists(maybe_paid) OR (#status = :retrying AND attempts >= :max))"
+		}
 		var ok bool
-		w, ok, err = d.update(ctx, id, change{set: set, remove: "#until, maybe_paid", cond: unchanged(w, vals),
+		w, ok, err = d.update(ctx, id, change{set: set, remove: "#until, maybe_paid", cond: cond,
 			names: statusUntil, vals: vals})
 		if err == nil && ok {
 			d.tell(ctx, w, r.At)
@@ -781,7 +787,9 @@ func (d *Dynamo) Resolve(ctx context.Context, id string, r withdrawal.Resolution
 }
 
 // Apply implements withdrawal.Ledger: read, decide the step, then write it
-// with the event id as a compare-and-set on what was read.
+// with the event id as a compare-and-set on what was read. A withdrawal
+// never sent is refused as read (a consistent read; nothing makes a sent
+// withdrawal unsent) and the write's condition holds it too.
 func (d *Dynamo) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
 	for range 10 {
 		out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -800,10 +808,22 @@ func (d *Dynamo) Apply(ctx context.Context, id string, c withdrawal.Callback) (w
 		if slices.Contains(item(out.Item).strings("events"), c.EventID) {
 			return w, withdrawal.Duplicate, nil
 		}
+		if w.NeverSent() {
+			return w, 0, fmt.Errorf("ledger: callback %s: %s is %s with %d calls: %w", c.EventID, id, w.Status, w.Attempts,
+				withdrawal.ErrNotSent)
+		}
 		to, applied := withdrawal.Step(w.Status, c.Status)
 		vals := item{":ev": &types.AttributeValueMemberSS{Value: []string{c.EventID}}, ":e": s(c.EventID)}
-		ch := change{add: "events :ev", names: map[string]string{}}
-		ch.cond = unchanged(w, vals) + " AND NOT contains(events, :e)"
+		ch := change{add: "events :ev", names: statusName}
+		// The compare-and-set pins the record read; the condition states
+		// that it was sent too (apply.lua's rule), so no write lands on a
+		// withdrawal never sent.
+		vals[":scheduled"], vals[":retrying"], vals[":cancelled"] = s(string(withdrawal.Scheduled)),
+			s(string(withdrawal.Retrying)), s(string(withdrawal.Cancelled))
+		vals[":zero"] = n(0)
+		ch.cond = unchanged(w, vals) + " AND NOT contains(events, :e) AND NOT (#status IN (:scheduled, :retrying, :cancelled) " +
+			"AND (attribute_not_exists(attempts) OR attempts = :zero) AND attribute_not_exists(first_sent) " +
+			"AND attribute_not_exists(maybe_paid))"
 		if applied == withdrawal.Changed {
 			ch.set = "#status = :st, processed_at = :at, updated_at = :at, state_key = :unnotified"
 			ch.remove = "#until, maybe_paid"

@@ -442,7 +442,7 @@ func (l *Redis) Resolve(ctx context.Context, id string, r withdrawal.Resolution)
 	}
 	k := l.q.Keys(w.Shard)
 	res, err := resolveScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
-		string(r.Status), r.PayoutID, r.Reason, r.By, r.At.UnixMilli(), id, newOp()).Slice()
+		string(r.Status), r.PayoutID, r.Reason, r.By, r.At.UnixMilli(), id, newOp(), max(r.MaxAttempts, 0)).Slice()
 	if err != nil {
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
 	}
@@ -452,17 +452,25 @@ func (l *Redis) Resolve(ctx context.Context, id string, r withdrawal.Resolution)
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
 	case code == 0:
 		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case code == 3:
-		return got, fmt.Errorf("ledger: %s is %s already: %w", id, got.Status, withdrawal.ErrNotResolvable)
-	case code == 4:
-		return got, fmt.Errorf("ledger: %s: a payout attempt runs until %s; try again after it: %w",
-			id, got.ProcessingUntil.Format(time.RFC3339), withdrawal.ErrNotResolvable)
+	case code != 1:
+		return got, notResolvable(got, r)
 	}
 	return got, nil
 }
 
+// notResolvable is the refusal of resolution r of w, as the ledger's
+// atomic step found w: ErrNotResolvable with the reason.
+func notResolvable(w withdrawal.Withdrawal, r withdrawal.Resolution) error {
+	why := withdrawal.Unresolvable(w, r)
+	if why == "" {
+		why = "it changed meanwhile; look at it again" // the step saw what this read does not
+	}
+	return fmt.Errorf("ledger: %s is not an operator's to resolve as %s: %s: %w", w.ID, r.Status, why, withdrawal.ErrNotResolvable)
+}
+
 // Apply implements withdrawal.Ledger: read, decide the step, then write it
-// if the record did not move meanwhile (a compare-and-set on its last write).
+// if the record did not move meanwhile (a compare-and-set on its
+// revision); the script refuses a withdrawal never sent as it finds it.
 func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
 	w, err := l.Find(ctx, id)
 	if err != nil {
@@ -477,7 +485,7 @@ func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (wi
 			move = string(to)
 		}
 		res, err := applyScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
-			w.Op, c.EventID, move, c.PayoutID, c.Reason, c.At.UnixMilli(), id, op, keptEvents).Slice()
+			strconv.FormatInt(w.Revision, 10), c.EventID, move, c.PayoutID, c.Reason, c.At.UnixMilli(), id, op, keptEvents).Slice()
 		if err != nil {
 			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback %s to %s: %w", c.EventID, id, err)
 		}
@@ -491,6 +499,9 @@ func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (wi
 			return got, applied, nil
 		case code == 3:
 			return got, withdrawal.Duplicate, nil
+		case code == 4:
+			return got, 0, fmt.Errorf("ledger: callback %s: %s is %s with %d calls: %w", c.EventID, id, got.Status,
+				got.Attempts, withdrawal.ErrNotSent)
 		}
 		w = got // it moved: decide again
 	}

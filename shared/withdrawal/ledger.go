@@ -68,12 +68,16 @@ type Ledger interface {
 	// next one at r.At. It returns ErrStale if that attempt was taken over.
 	Retry(ctx context.Context, ref Ref, attempt string, r RetryAt) (Withdrawal, error)
 	// Resolve settles withdrawal id by an operator's word (paid with a
-	// payout id, or failed with a reason). It returns ErrNotResolvable when
-	// the withdrawal ended otherwise or an attempt is running, ErrNotFound
-	// when there is none.
+	// payout id, or failed with a reason) when Unresolvable allows it, in
+	// the same atomic step that writes it; one already ended as r says is
+	// returned as it is. Otherwise it returns ErrNotResolvable, naming the
+	// reason, with the record unchanged; ErrNotFound when there is none.
 	Resolve(ctx context.Context, id string, r Resolution) (Withdrawal, error)
 	// Apply applies a provider's callback to withdrawal id, once per event
-	// id, never moving the withdrawal backwards.
+	// id, never moving the withdrawal backwards. A callback about a
+	// withdrawal that was never sent (Withdrawal.NeverSent, decided in the
+	// same atomic step as the write) returns ErrNotSent with the record,
+	// and writes nothing, not even the event id.
 	Apply(ctx context.Context, id string, c Callback) (Withdrawal, Applied, error)
 	// MarkNotified records that finance was told that the withdrawal is
 	// status (a withdrawal returned meanwhile is told again).
@@ -196,6 +200,10 @@ type Resolution struct {
 	Reason   string
 	By       string
 	At       time.Time
+	// MaxAttempts is HOURGLASS_MAX_ATTEMPTS: a withdrawal that no call may
+	// have paid but that retries past it (the provider keeps refusing our
+	// credentials) may be resolved as failed; 0 never allows that.
+	MaxAttempts int
 }
 
 // Callback is a provider's report of a payout's outcome.
@@ -223,6 +231,10 @@ const (
 	// provider after it was paid, paid after it was cancelled): nothing
 	// moved, and operators must look.
 	Conflict
+	// NotSent: the withdrawal was never sent to the provider (ErrNotSent):
+	// nothing moved, and operators must look. Ledgers never return it
+	// with a nil error; it names the outcome in metrics and logs.
+	NotSent
 )
 
 // String names the outcome for answers and logs.
@@ -236,6 +248,8 @@ func (a Applied) String() string {
 		return "unchanged"
 	case Conflict:
 		return "conflict"
+	case NotSent:
+		return "not_sent"
 	}
 	return "unknown"
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -42,7 +44,10 @@ type Settled struct {
 // paid means the money came back. Each event id is applied once; a
 // callback out of order never moves a withdrawal backwards. One that
 // contradicts how the withdrawal ended is kept out and reported to
-// operators (a log line and the PayoutConflicts metric).
+// operators (a log line and the PayoutConflicts metric). One about a
+// withdrawal that was never sent to the provider (scheduled, cancelled
+// before any call) changes nothing and is refused with ErrNotSent, and
+// reported the same way: the provider reports a payout nobody asked for.
 func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
 	c, id, err := parseCallback(body)
 	if err != nil {
@@ -53,12 +58,19 @@ func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
 	}
 	c.At = s.cfg.Clock.Now().UTC()
 	w, applied, err := s.cfg.Ledger.Apply(ctx, id, c)
-	if err != nil {
+	if errors.Is(err, ErrNotSent) {
+		applied = NotSent
+	} else if err != nil {
 		return Settled{}, err
 	}
 	log := correlation.Logger(s.cfg.Logger, w.RequestID).With("withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status, "status", w.Status)
 	s.cfg.Metrics.Count(metrics.PayoutCallbacks, 1, map[string]string{"Result": applied.String()})
 	switch applied {
+	case NotSent:
+		s.cfg.Metrics.Count(metrics.PayoutConflicts, 1, nil)
+		log.Error("payout callback about a withdrawal never sent to the provider; refused, nothing changed, for an operator to look at",
+			"attempts", w.Attempts)
+		return Settled{Withdrawal: w, Applied: applied}, fmt.Errorf("withdrawal: callback %s for %s: %w", c.EventID, id, ErrNotSent)
 	case Changed:
 		log.Info("payout callback applied")
 		if w.Untold() && s.cfg.OnScheduled != nil {
@@ -123,9 +135,9 @@ func printable(s string) bool {
 // provider's payout id) or failed (with a reason), recorded with who and
 // when, and told to finance like any outcome. It is for a withdrawal whose
 // outcome the system cannot settle itself (a call that may have paid, past
-// the provider's idempotency window, at a provider without a lookup); it is
-// refused with ErrNotResolvable while an attempt runs or once the withdrawal
-// ended otherwise.
+// the provider's idempotency window, at a provider without a lookup), and
+// anything else Unresolvable names is refused with ErrNotResolvable and the
+// reason, nothing written.
 func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdrawal, error) {
 	var v validation.Error
 	switch r.Status {
@@ -151,6 +163,10 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 	}
 	r.At = s.cfg.Clock.Now().UTC()
 	w, err := s.cfg.Ledger.Resolve(ctx, id, r)
+	if errors.Is(err, ErrNotResolvable) {
+		correlation.Logger(s.cfg.Logger, w.RequestID).Warn("operator resolution refused; nothing changed", "withdrawal_id", id,
+			"status", w.Status, "by", r.By, "error", err.Error())
+	}
 	if err != nil {
 		return w, err
 	}
@@ -161,10 +177,48 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 	return w, nil
 }
 
+// Unresolvable says why an operator's resolution r may not settle w now
+// (r.At): "" when it may. Only a withdrawal that nothing else can settle
+// is an operator's (what Unresolved lists): one not final, with no attempt
+// running, that a call may have paid (MaybePaid: paid or failed, as the
+// provider's records say). One that no call may have paid but that retries
+// past r.MaxAttempts (our credentials refused, again and again) may be
+// resolved as failed only: no money left, so paid would be invented. A
+// withdrawal never sent, or one the payout step settles itself, is
+// refused. A record already in r.Status is no refusal: ledgers return it
+// as it is. resolve.lua decides the same inside its script.
+func Unresolvable(w Withdrawal, r Resolution) string {
+	switch {
+	case w.Status.Final():
+		return fmt.Sprintf("it is %s already", w.Status)
+	case w.Status == Processing && w.ProcessingUntil.After(r.At):
+		return fmt.Sprintf("a payout attempt runs until %s; try again after it", w.ProcessingUntil.Format(time.RFC3339))
+	case w.NeverSent():
+		return fmt.Sprintf("it is %s and was never sent to the payout provider: no call may have paid it, "+
+			"and the payout step pays it when it falls due", w.Status)
+	case w.MaybePaid:
+		return ""
+	case w.Status == Processing:
+		return "its last payout attempt ended without a word (its consumer may have died mid-call): " +
+			"the next attempt asks the provider and settles it"
+	case r.Status == Failed && r.MaxAttempts > 0 && w.Attempts >= r.MaxAttempts:
+		return "" // retrying for good with no call that may have paid
+	case r.Status == Paid:
+		return fmt.Sprintf("no call may have paid it (%d calls, each answered without a payout), so it cannot be resolved as paid",
+			w.Attempts)
+	}
+	if r.MaxAttempts > 0 {
+		return fmt.Sprintf("no call may have paid it and it has had %d of %d attempts: the payout step settles it",
+			w.Attempts, r.MaxAttempts)
+	}
+	return "no call may have paid it: the payout step settles it"
+}
+
 // Unresolved lists what needs an operator's eye: withdrawals on their way
 // whose payout may have been made (an answer never came), or that keep
 // retrying past the attempts a transient failure gets. It is bounded by
-// what is outstanding, not by history.
+// what is outstanding, not by history. What it lists (once no attempt
+// runs) is what Resolve takes; the second kind as failed only.
 func (s *Service) Unresolved(ctx context.Context, maxAttempts int) ([]Withdrawal, error) {
 	var out []Withdrawal
 	err := s.cfg.Ledger.Outstanding(ctx, func(w Withdrawal) error {

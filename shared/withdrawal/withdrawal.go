@@ -169,6 +169,19 @@ func (w Withdrawal) SentBy(attempt time.Duration) time.Time {
 	return last.Add(attempt)
 }
 
+// NeverSent reports whether no payout request for w may have left: it is
+// scheduled, retrying or cancelled, no call was counted or stamped, and
+// none may have paid. A processing withdrawal may have sent (its attempt
+// counts the call as it begins it), and so may a paid, failed or returned
+// one. A provider's callback about a never-sent withdrawal is refused
+// (ErrNotSent), and so is an operator's resolution. The ledgers decide the
+// same inside their atomic step (apply.lua, resolve.lua, Dynamo's
+// conditions).
+func (w Withdrawal) NeverSent() bool {
+	return (w.Status == Scheduled || w.Status == Retrying || w.Status == Cancelled) &&
+		w.Attempts == 0 && w.FirstSentAt.IsZero() && !w.MaybePaid
+}
+
 // Untold reports whether finance has yet to hear of w's outcome.
 func (w Withdrawal) Untold() bool { return w.Status.Reported() && w.Told != w.Status }
 
@@ -337,8 +350,14 @@ var (
 	// named (If-Match); nothing was changed.
 	ErrPreconditionFailed = errors.New("withdrawal: precondition failed")
 	// ErrNotResolvable: an operator's resolution does not apply (the
-	// withdrawal ended otherwise, or an attempt is running right now).
+	// withdrawal ended otherwise, an attempt is running right now, or no
+	// call may have paid it, so the payout step settles it itself); the
+	// error names the reason.
 	ErrNotResolvable = errors.New("withdrawal: not resolvable")
+	// ErrNotSent: a provider's callback is about a withdrawal that was
+	// never sent to the provider (NeverSent): it changes nothing, its event
+	// is not kept, and operators are alerted.
+	ErrNotSent = errors.New("withdrawal: never sent to the provider")
 	// ErrIdempotencyConflict: the key was used for another request body.
 	ErrIdempotencyConflict = errors.New("withdrawal: idempotency key reused with another request")
 	// ErrIdempotencyInFlight: the first request with the key is still running.

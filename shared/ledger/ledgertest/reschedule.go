@@ -364,5 +364,9 @@ func testRevisions(t *testing.T, b Backend) {
 	r := NewWithdrawal(b.Queue, "carol", T0.Add(time.Hour))
 	Create(t, b.Ledger, r)
 	note("create a third", must(b.Ledger.Find(ctx, r.ID)))
+	got, _, a = begin(t, b, r.Ref(), T0.Add(time.Hour), T0.Add(time.Hour+time.Minute))
+	note("begin the third", got)
+	note("retry the third maybe paid", must(b.Ledger.Retry(ctx, r.Ref(), a, withdrawal.RetryAt{At: T0.Add(2 * time.Hour), Now: T0,
+		LastError: "timeout", MaybePaid: true})))
 	note("resolve", must(b.Ledger.Resolve(ctx, r.ID, withdrawal.Resolution{Status: withdrawal.Failed, Reason: "r", By: "op", At: T0})))
 }

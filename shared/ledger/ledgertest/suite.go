@@ -71,6 +71,9 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"PaidLateByATakenOverAttemptIsRecorded", testPaidLate},
 		{"NeverReceivedNeedsItsTolerance", testNeverReceivedNeedsItsTolerance},
 		{"ReplayIsAnsweredBeforeTheClock", testReplayBeforeTheClock},
+		{"CallbackForAWithdrawalNeverSentChangesNothing", testCallbackNotSent},
+		{"CallbackForAWithdrawalCancelledBeforeAnyCall", testCancelledNotSent},
+		{"ResolutionOfAWithdrawalNeverSentIsRefused", testResolveNotSent},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBackend(t)) })
@@ -724,9 +727,15 @@ func testLostAnswers(t *testing.T, b Backend) {
 		if err != nil || applied != withdrawal.Changed || got.Status != withdrawal.Returned {
 			t.Fatalf("callback whose answer was lost: %+v %v %v", got, applied, err)
 		}
-		// Resolve: ours.
+		// Resolve: ours (of a withdrawal a call may have paid: an
+		// operator's to settle).
 		w2 := NewWithdrawal(b.Queue, "bob", T0)
 		Create(t, b.Ledger, w2)
+		_, _, a2 := begin(t, b, w2.Ref(), T0, T0.Add(time.Minute))
+		if _, err := b.Ledger.Retry(ctx, w2.Ref(), a2, withdrawal.RetryAt{At: T0.Add(time.Hour), Now: T0, LastError: "no answer",
+			MaybePaid: true}); err != nil {
+			t.Fatal(err)
+		}
 		b.Lose.Arm(mode)
 		got, err = b.Ledger.Resolve(ctx, w2.ID, withdrawal.Resolution{Status: withdrawal.Failed, Reason: "r", By: "op", At: T0})
 		if err != nil || got.Status != withdrawal.Failed || got.ResolvedBy != "op" {
@@ -809,13 +818,19 @@ func testCallbacks(t *testing.T, b Backend) {
 	// Returned before paid ever arrived (out of order): paid, then returned.
 	w2 := NewWithdrawal(b.Queue, "bob", T0)
 	Create(t, b.Ledger, w2)
+	begin(t, b, w2.Ref(), T0, T0.Add(time.Minute))
 	if got, applied, err := b.Ledger.Apply(ctx, w2.ID, withdrawal.Callback{EventID: "x", Status: withdrawal.Returned, At: T0}); err != nil ||
 		got.Status != withdrawal.Returned || applied != withdrawal.Changed {
 		t.Fatalf("returned first: %+v %v %v", got, applied, err)
 	}
-	// A cancelled withdrawal is never made paid.
-	w3 := NewWithdrawal(b.Queue, "carol", T0.Add(time.Hour))
+	// A cancelled withdrawal is never made paid (one never sent:
+	// testCancelledNotSent).
+	w3 := NewWithdrawal(b.Queue, "carol", T0)
 	Create(t, b.Ledger, w3)
+	_, _, a3 := begin(t, b, w3.Ref(), T0, T0.Add(time.Minute))
+	if _, err := b.Ledger.Retry(ctx, w3.Ref(), a3, withdrawal.RetryAt{At: T0.Add(time.Hour), Now: T0, LastError: "503"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.Ledger.Cancel(ctx, "carol", w3.ID, T0); err != nil {
 		t.Fatal(err)
 	}

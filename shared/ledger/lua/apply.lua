@@ -1,13 +1,19 @@
 -- apply: apply a payout provider's callback, once per event id, as a
--- compare-and-set: the caller read the record (its last write id ARGV[1])
--- and decided the step (withdrawal.Step); if the record moved meanwhile the
--- caller reads it again. A change to a status finance hears of schedules
--- the job now, so that finance is told.
+-- compare-and-set: the caller read the record (its revision ARGV[1]) and
+-- decided the step (withdrawal.Step); if the record moved meanwhile the
+-- caller reads it again. The revision, not the last write id, is compared:
+-- every write counts a revision, while some (cancel, notified) keep the
+-- write id. A change to a status finance hears of schedules the job now, so
+-- that finance is told. A callback about a withdrawal never sent to the
+-- provider (withdrawal.Withdrawal.NeverSent: scheduled, retrying or
+-- cancelled with no call counted, stamped or that may have paid) is refused
+-- here, in the step that would write it, and nothing is written, not even
+-- the event id (the same event after a real send still applies).
 --
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
 -- KEYS[3] -> open set of the shard
--- ARGV[1] -> the record's last write id as the caller read it ("" for none)
+-- ARGV[1] -> the record's revision as the caller read it
 -- ARGV[2] -> event id
 -- ARGV[3] -> status to move to ("" to move nothing: only the event is kept)
 -- ARGV[4] -> payout id ("" if none)
@@ -19,9 +25,10 @@
 --
 -- Returns {0} when there is no such record, else {code, record as HGETALL}:
 -- 1 = applied, 2 = the record moved since the caller read it, 3 = the event
--- was applied before.
-local cur = redis.call('HMGET', KEYS[1], 'status', 'op', 'ev')
-if not cur[1] then
+-- was applied before, 4 = the withdrawal was never sent (nothing written).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'op', 'ev', 'rev', 'attempts', 'first_sent', 'maybe')
+local status = cur[1]
+if not status then
   return {0}
 end
 if cur[2] == ARGV[8] then
@@ -31,7 +38,11 @@ local events = cur[3] or ''
 if string.find(' ' .. events .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return {3, redis.call('HGETALL', KEYS[1])}
 end
-if (cur[2] or '') ~= ARGV[1] then
+if (status == 'scheduled' or status == 'retrying' or status == 'cancelled') and
+    tonumber(cur[5] or '0') == 0 and not cur[6] and cur[7] ~= '1' then
+  return {4, redis.call('HGETALL', KEYS[1])}
+end
+if (cur[4] or '0') ~= ARGV[1] then
   return {2, redis.call('HGETALL', KEYS[1])}
 end
 if ARGV[3] ~= '' then

@@ -1,6 +1,10 @@
 -- resolve: settle a withdrawal by an operator's word (paid with the
 -- provider's payout id, or failed with a reason), recording who and when,
--- and schedule its job now so that finance is told.
+-- and schedule its job now so that finance is told. Only a withdrawal that
+-- nothing else can settle is an operator's (withdrawal.Unresolvable decides
+-- the same): not final, no attempt running, and a call may have paid it;
+-- or, as failed only, one no call may have paid that retries past the
+-- maximum attempts. Anything else is refused and nothing is written.
 --
 -- KEYS[1] -> withdrawal record
 -- KEYS[2] -> delay-queue due set of the shard
@@ -12,11 +16,14 @@
 -- ARGV[5] -> now, unix ms
 -- ARGV[6] -> withdrawal id
 -- ARGV[7] -> this write's id (a resent script recognises its own write)
+-- ARGV[8] -> maximum attempts: past them a withdrawal no call may have paid
+--            may be resolved as failed ("0": never)
 --
 -- Returns {0} when there is no such record, else {code, record as HGETALL}:
 -- 1 = resolved (or it was resolved so already), 3 = it ended otherwise,
--- 4 = an attempt is running (its result would be overwritten).
-local cur = redis.call('HMGET', KEYS[1], 'status', 'until', 'op')
+-- 4 = an attempt is running (its result would be overwritten), 5 = not an
+-- operator's to settle (never sent, or the payout step settles it).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'until', 'op', 'attempts', 'first_sent', 'maybe')
 local status = cur[1]
 if not status then
   return {0}
@@ -29,6 +36,14 @@ if status == 'paid' or status == 'failed' or status == 'cancelled' or status == 
 end
 if status == 'processing' and tonumber(cur[2]) > tonumber(ARGV[5]) then
   return {4, redis.call('HGETALL', KEYS[1])}
+end
+local attempts = tonumber(cur[4] or '0')
+local maybe = cur[6] == '1'
+if not maybe then
+  local max = tonumber(ARGV[8])
+  if status == 'processing' or ARGV[1] ~= 'failed' or max == 0 or attempts < max then
+    return {5, redis.call('HGETALL', KEYS[1])}
+  end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'processed', ARGV[5], 'updated', ARGV[5],
   'resolved_by', ARGV[4], 'resolved_at', ARGV[5], 'op', ARGV[7])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -179,10 +180,16 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if errors.Is(err, ErrExists) {
 		// The create landed but its reply was lost and the retry found it:
 		// the key now holds the response.
-		if st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: req.Fingerprint, ID: w.ID,
-			Now: now, LockUntil: now.Add(s.cfg.KeyLock), ExpiresAt: now.Add(s.cfg.KeyRetention)}); rerr == nil &&
-			st.Phase == KeyCompleted && st.ID == w.ID {
+		st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: req.Fingerprint, ID: w.ID,
+			Now: now, LockUntil: now.Add(s.cfg.KeyLock), ExpiresAt: now.Add(s.cfg.KeyRetention)})
+		switch {
+		case rerr == nil && st.Phase == KeyCompleted && st.ID == w.ID:
 			return Created{ID: w.ID, Body: st.Response, ETag: w.ETag()}, nil
+		case rerr != nil:
+			// The withdrawal may well exist: what failed is the read that
+			// would tell. Say that (the client retries and is answered
+			// the first response), never that the id was taken.
+			err = fmt.Errorf("withdrawal: read the idempotency key after a create that may have landed: %w", rerr)
 		}
 	}
 	if err != nil {

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,6 +63,8 @@ const DefaultHorizon = time.Hour
 // change is a conditional write, and Redis holds only the schedule, which the
 // reconciler rebuilds from here if Redis loses it.
 type Dynamo struct {
+	// Records runs the transitions over Load and Commit.
+	withdrawal.Records
 	db     DynamoAPI
 	tables Tables
 	q      *delayq.Queue
@@ -97,7 +101,9 @@ func NewDynamo(db DynamoAPI, tables Tables, q *delayq.Queue, opts DynamoOptions)
 		opts.Grace = time.Minute
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	return &Dynamo{db: db, tables: tables, q: q, opts: opts, log: opts.Logger}
+	d := &Dynamo{db: db, tables: tables, q: q, opts: opts, log: opts.Logger}
+	d.Records = withdrawal.Records{Store: d}
+	return d
 }
 
 func conditionFailed(err error) bool {
@@ -176,6 +182,41 @@ func encodeWithdrawal(w withdrawal.Withdrawal) item {
 	return it
 }
 
+// recordAttrs are the attributes of a withdrawal that a record may lack:
+// a commit removes the ones its record has not (encodeFull leaves empty
+// ones out).
+var recordAttrs = []string{"state_key", "request_id", "last_error", "payout_id", "processed_at", "until", "told",
+	"maybe_paid", "first_sent", "sent_until", "aid", "resolved_by", "resolved_at", "rev", "resched_by", "resched_reason",
+	"resched_at", "resched_from", "events"}
+
+// encodeFull is the whole of w as its item: what a commit writes.
+func encodeFull(w withdrawal.Withdrawal) item {
+	it := encodeWithdrawal(w)
+	for name, v := range map[string]string{"last_error": w.LastError, "payout_id": w.PayoutID, "told": string(w.Told),
+		"aid": w.Attempt, "resolved_by": w.ResolvedBy, "resched_by": w.RescheduledBy, "resched_reason": w.RescheduleReason} {
+		if v != "" {
+			it[name] = s(v)
+		}
+	}
+	for name, t := range map[string]time.Time{"processed_at": w.ProcessedAt, "until": w.ProcessingUntil,
+		"first_sent": w.FirstSentAt, "sent_until": w.SentUntil, "resolved_at": w.ResolvedAt, "resched_at": w.RescheduledAt,
+		"resched_from": w.RescheduledFrom} {
+		if !t.IsZero() {
+			it[name] = ms(t)
+		}
+	}
+	if w.MaybePaid {
+		it["maybe_paid"] = boolean(true)
+	}
+	if w.Revision != 0 {
+		it["rev"] = n(w.Revision)
+	}
+	if len(w.Events) > 0 {
+		it["events"] = &types.AttributeValueMemberSS{Value: slices.Clone(w.Events)}
+	}
+	return it
+}
+
 func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 	amount, err := decimal.NewFromString(it.str("amount"))
 	if err != nil {
@@ -191,6 +232,7 @@ func decodeWithdrawal(it item) (withdrawal.Withdrawal, error) {
 		ResolvedBy: it.str("resolved_by"), ResolvedAt: it.time("resolved_at"), RequestID: it.str("request_id"),
 		Revision: it.num("rev"), RescheduledBy: it.str("resched_by"), RescheduleReason: it.str("resched_reason"),
 		RescheduledAt: it.time("resched_at"), RescheduledFrom: it.time("resched_from"),
+		Events: it.strings("events"),
 	}, nil
 }
 
@@ -426,66 +468,6 @@ func (d *Dynamo) List(ctx context.Context, userID string, limit int, after strin
 	return ws, nil
 }
 
-// change is one conditional update of a withdrawal.
-type change struct {
-	set, remove, add string // the clauses, without their keywords
-	cond             string
-	names            map[string]string
-	vals             item
-}
-
-// update applies c, stamping the record with a new op (the id of this
-// write), and returns the record after it (ok), or as it stands when the
-// condition failed (not ok). The condition also requires that the record
-// does not carry our op yet, so a resent write never applies twice (its
-// update may not be idempotent: attempts + 1); a record that carries our op
-// after a failed condition was changed by this very write: it landed, its
-// answer was lost, and the SDK sent it again.
-func (d *Dynamo) update(ctx context.Context, id string, c change) (withdrawal.Withdrawal, bool, error) {
-	op := newOp()
-	vals := item{":op": s(op), ":rev0": n(0), ":rev1": n(1)}
-	for k, v := range c.vals {
-		vals[k] = v
-	}
-	// Every write counts a revision (the ETag); a record written before
-	// revisions were kept is at 0.
-	expr := "SET op = :op, rev = if_not_exists(rev, :rev0) + :rev1"
-	if c.set != "" {
-		expr += ", " + c.set
-	}
-	if c.remove != "" {
-		expr += " REMOVE " + c.remove
-	}
-	if c.add != "" {
-		expr += " ADD " + c.add
-	}
-	in := &dynamodb.UpdateItemInput{
-		TableName: &d.tables.Withdrawals, Key: item{"id": s(id)},
-		UpdateExpression:          aws.String(expr),
-		ConditionExpression:       aws.String("(" + c.cond + ") AND (attribute_not_exists(op) OR op <> :op)"),
-		ExpressionAttributeValues: vals, ReturnValues: types.ReturnValueAllNew,
-	}
-	if len(c.names) > 0 {
-		in.ExpressionAttributeNames = c.names
-	}
-	out, err := d.db.UpdateItem(ctx, in)
-	if err == nil {
-		w, err := decodeWithdrawal(out.Attributes)
-		return w, true, err
-	}
-	if !conditionFailed(err) {
-		return withdrawal.Withdrawal{}, false, fmt.Errorf("ledger: update %s: %w", id, err)
-	}
-	cur, found, err := d.load(ctx, id)
-	if err != nil {
-		return withdrawal.Withdrawal{}, false, err
-	}
-	if !found {
-		return withdrawal.Withdrawal{}, false, fmt.Errorf("ledger: %s: %w", id, withdrawal.ErrNotFound)
-	}
-	return cur, cur.Op == op, nil
-}
-
 // unchanged is the condition that the record's last write is still w's: a
 // compare-and-set on what the caller read.
 func unchanged(w withdrawal.Withdrawal, vals item) string {
@@ -496,79 +478,147 @@ func unchanged(w withdrawal.Withdrawal, vals item) string {
 	return "op = :seen"
 }
 
-var statusName = map[string]string{"#status": "status"}
-
-var statusUntil = map[string]string{"#status": "status", "#until": "until"}
-
-// Cancel implements withdrawal.Ledger.
-func (d *Dynamo) Cancel(ctx context.Context, userID, id string, now time.Time) (withdrawal.Withdrawal, error) {
-	w, ok, err := d.update(ctx, id, change{
-		set:    "#status = :cancelled, updated_at = :now",
-		remove: "state_key",
-		cond:   "user_id = :u AND (#status = :scheduled OR #status = :retrying) AND attribute_not_exists(maybe_paid)",
-		names:  statusName,
-		vals: item{":cancelled": s(string(withdrawal.Cancelled)), ":now": ms(now), ":u": s(userID),
-			":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying))},
-	})
-	switch {
-	case errors.Is(err, withdrawal.ErrNotFound):
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case err != nil:
+// Find implements withdrawal.Store.
+func (d *Dynamo) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
+	w, ok, err := d.load(ctx, id)
+	if err != nil {
 		return withdrawal.Withdrawal{}, err
-	case w.UserID != userID:
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case ok:
-		if _, err := d.q.Cancel(ctx, w.Shard, w.ID); err != nil {
-			// The consumer finds it cancelled and drops the job.
-			d.log.Warn("cancelled withdrawal left scheduled in Redis", "withdrawal_id", id, "error", err.Error())
-		}
-		return w, nil
-	case w.Status == withdrawal.Cancelled:
-		return w, nil
 	}
-	return w, withdrawal.ErrNotCancellable
+	if !ok {
+		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
+	}
+	return w, nil
 }
 
-// Reschedule implements withdrawal.Ledger: a conditional write of the
-// record (owner, state, no call that may have paid, the revision asked),
-// then the schedule in Redis, no later than one it holds. A process that
-// dies between the two leaves the old job: one due earlier than the new
-// time fires and Begin puts it back at the record's time (it starts a record
-// only at its own due time); one due later is brought forward by the
-// reconciler, which holds every scheduled record to a job due by its time.
-func (d *Dynamo) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdrawal.Withdrawal, error) {
-	beyond := d.beyond(r.DueAt, r.Now)
-	vals := item{":due": ms(r.DueAt), ":now": ms(r.Now), ":u": s(r.UserID), ":by": s(r.By), ":why": s(r.Reason),
-		":scheduled": s(string(withdrawal.Scheduled)), ":retrying": s(string(withdrawal.Retrying)), ":deferred": boolean(beyond)}
-	cond := "user_id = :u AND (#status = :scheduled OR #status = :retrying) AND attribute_not_exists(maybe_paid)"
-	if r.IfRevision != nil {
-		cond += " AND " + revisionIs(*r.IfRevision, vals)
+// Load implements withdrawal.Store.
+func (d *Dynamo) Load(ctx context.Context, ref withdrawal.Ref) (withdrawal.Withdrawal, error) {
+	return d.Find(ctx, ref.ID)
+}
+
+// revisionIs is the condition that the record is at revision rev (one
+// written before revisions were kept is at 0).
+func revisionIs(rev int64, vals item) string {
+	vals[":rev"] = n(rev)
+	if rev == 0 {
+		return "(attribute_not_exists(rev) OR rev = :rev)"
 	}
-	w, ok, err := d.update(ctx, r.ID, change{
-		set: "resched_from = due_at, due_at = :due, updated_at = :now, resched_by = :by, resched_reason = :why, " +
-			"resched_at = :now, " + deferredAttr + " = :deferred",
-		cond: cond, names: statusName, vals: vals,
+	return "rev = :rev"
+}
+
+// Commit implements withdrawal.Store: one conditional write of the whole
+// record on the revision read (attributes it does not model, the
+// reservation that wrote it and the promotion flag, are kept), then the
+// queue operations in Redis. A process that dies between the two leaves
+// the schedule behind the record, which the reconciler repairs (it holds
+// every record on its way to a job due by its time); a failed queue
+// operation after a write is logged and left to it too. Queue operations
+// alone (Begin's follow-ups) are checked against the revision by a
+// consistent read, and their failure is the caller's error: nothing was
+// written, so the delivery is tried again.
+func (d *Dynamo) Commit(ctx context.Context, c withdrawal.Commit) (withdrawal.Withdrawal, error) {
+	if c.Next == nil {
+		cur, found, err := d.load(ctx, c.Ref.ID)
+		switch {
+		case err != nil:
+			return withdrawal.Withdrawal{}, err
+		case !found:
+			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, withdrawal.ErrNotFound)
+		case cur.Revision != c.Rev:
+			return cur, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+		}
+		return withdrawal.Withdrawal{}, d.queue(ctx, cur, c)
+	}
+	next := *c.Next
+	vals := item{":op": s(c.Op)}
+	cond := "attribute_exists(id) AND " + revisionIs(c.Rev, vals) + " AND (attribute_not_exists(op) OR op <> :op)"
+	names := map[string]string{}
+	var set, remove []string
+	full := encodeFull(next)
+	delete(full, "id") // the key
+	if slices.ContainsFunc(c.Queue, func(o withdrawal.QueueOp) bool { return o.Kind == withdrawal.DropLease }) &&
+		!next.Status.Final() {
+		// A new due time: Redis holds it unless it lies beyond the horizon.
+		full[deferredAttr] = boolean(d.beyond(next.DueAt, c.At))
+	}
+	for _, name := range slices.Sorted(maps.Keys(full)) {
+		i := strconv.Itoa(len(names))
+		names["#a"+i] = name
+		if name == "op" {
+			set = append(set, "#a"+i+" = :op")
+			continue
+		}
+		vals[":v"+i] = full[name]
+		set = append(set, "#a"+i+" = :v"+i)
+	}
+	for _, name := range recordAttrs {
+		if _, ok := full[name]; !ok {
+			i := strconv.Itoa(len(names))
+			names["#a"+i] = name
+			remove = append(remove, "#a"+i)
+		}
+	}
+	expr := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &d.tables.Withdrawals, Key: item{"id": s(c.Ref.ID)},
+		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
 	})
-	switch {
-	case errors.Is(err, withdrawal.ErrNotFound):
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case err != nil:
-		return withdrawal.Withdrawal{}, err
-	case w.UserID != r.UserID:
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case ok:
-		d.reschedule(ctx, w, r.Now, func() error {
-			if beyond {
-				_, err := d.q.Cancel(ctx, w.Shard, w.ID) // the reconciler promotes it nearer the time
-				return err
-			}
-			return d.q.Add(ctx, w.Shard, w.ID, w.DueAt)
-		})
-		return w, nil
-	case r.IfRevision != nil && w.Revision != *r.IfRevision:
-		return rescheduled(4, w)
+	if err != nil && !conditionFailed(err) {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, err)
 	}
-	return rescheduled(3, w)
+	if err != nil {
+		cur, found, lerr := d.load(ctx, c.Ref.ID)
+		switch {
+		case lerr != nil:
+			return withdrawal.Withdrawal{}, lerr
+		case !found:
+			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, withdrawal.ErrNotFound)
+		case cur.Op != c.Op:
+			return cur, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+		}
+		// This very write landed and its answer was lost (the SDK resent
+		// it): its queue operations may not have run.
+	}
+	if err := d.queue(ctx, next, c); err != nil {
+		d.log.Warn("withdrawal written in the ledger, its schedule not in Redis; the reconciler will", "withdrawal_id", next.ID,
+			"error", err.Error())
+	}
+	return next, nil
+}
+
+// queue applies c's queue operations in Redis for the record w. The open
+// set is Redis's own: here the by_state index, kept with the record,
+// does its work.
+func (d *Dynamo) queue(ctx context.Context, w withdrawal.Withdrawal, c withdrawal.Commit) error {
+	drop := slices.ContainsFunc(c.Queue, func(o withdrawal.QueueOp) bool { return o.Kind == withdrawal.DropLease })
+	for _, op := range c.Queue {
+		var err error
+		switch op.Kind {
+		case withdrawal.Schedule:
+			switch {
+			case drop && d.beyond(op.At, w.UpdatedAt):
+				_, err = d.q.Cancel(ctx, w.Shard, w.ID) // the reconciler promotes it nearer the time
+			case drop:
+				// A new due time (a retry, a reschedule), which may be later
+				// than the job's; then the record is read again, as a write
+				// of another due time may have reached Redis first.
+				d.reschedule(ctx, w, c.At, func() error { return d.q.RetryAt(ctx, w.Shard, w.ID, 0, op.At) })
+			case !d.beyond(op.At, c.At):
+				err = d.q.AddNoLater(ctx, w.Shard, w.ID, op.At)
+			}
+		case withdrawal.ScheduleNoEarlier:
+			err = d.q.AddNoEarlier(ctx, w.Shard, w.ID, op.At)
+		case withdrawal.Unschedule:
+			_, err = d.q.Cancel(ctx, w.Shard, w.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reschedule moves w's job with move (to w's new time, which may be later
@@ -587,284 +637,4 @@ func (d *Dynamo) reschedule(ctx context.Context, w withdrawal.Withdrawal, now ti
 	if err == nil && found && (cur.Status == withdrawal.Scheduled || cur.Status == withdrawal.Retrying) && !cur.DueAt.Equal(w.DueAt) {
 		d.schedule(ctx, cur, now)
 	}
-}
-
-// revisionIs is the condition that the record is at revision rev (one
-// written before revisions were kept is at 0).
-func revisionIs(rev int64, vals item) string {
-	vals[":rev"] = n(rev)
-	if rev == 0 {
-		return "(attribute_not_exists(rev) OR rev = :rev)"
-	}
-	return "rev = :rev"
-}
-
-// dueFor reports whether a record due at due may start under b (see
-// withdrawal.Begin.Claimed); begin.lua decides the same.
-func dueFor(b withdrawal.Begin, due time.Time) bool {
-	if !b.Claimed.IsZero() && !b.Claimed.Equal(due) {
-		return !due.After(b.Now)
-	}
-	return !due.After(b.Now.Add(ClockSkew))
-}
-
-// Find implements withdrawal.Ledger.
-func (d *Dynamo) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
-	w, ok, err := d.load(ctx, id)
-	if err != nil {
-		return withdrawal.Withdrawal{}, err
-	}
-	if !ok {
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	}
-	return w, nil
-}
-
-// Begin implements withdrawal.Ledger. The common case, a due record no
-// call may have paid, is one conditional write; the others (the record may
-// have been paid, a dead attempt to take over, our own write answered late)
-// are told apart from the record the failed condition returns, and written
-// as a compare-and-set on it.
-func (d *Dynamo) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin) (withdrawal.Withdrawal, withdrawal.Start, error) {
-	begun := func() item {
-		return item{":processing": s(string(withdrawal.Processing)), ":until": ms(b.Until), ":now": ms(b.Now),
-			":aid": s(b.Attempt)}
-	}
-	const start = "#status = :processing, #until = :until, updated_at = :now, state_key = :processing, aid = :aid"
-	vals := begun()
-	vals[":one"], vals[":scheduled"], vals[":retrying"] = n(1), s(string(withdrawal.Scheduled)), s(string(withdrawal.Retrying))
-	vals[":latest"] = ms(b.Now.Add(ClockSkew))
-	isDue := "due_at <= :latest"
-	if !b.Claimed.IsZero() {
-		// The job's own time within the skew, any other once it passed.
-		isDue = "(due_at <= :now OR (due_at = :claimed AND due_at <= :latest))"
-		vals[":claimed"] = ms(b.Claimed)
-	}
-	w, ok, err := d.update(ctx, ref.ID, change{
-		set:   start + ", attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), sent_until = :until",
-		cond:  "(#status = :scheduled OR #status = :retrying) AND " + isDue + " AND attribute_not_exists(maybe_paid)",
-		names: statusUntil, vals: vals,
-	})
-	for range 4 {
-		switch {
-		case err != nil:
-			return withdrawal.Withdrawal{}, 0, err
-		case ok || (w.Status == withdrawal.Processing && w.Attempt == b.Attempt):
-			return w, withdrawal.StartAttempt, nil
-		case w.Status.Final():
-			return w, withdrawal.StartFinal, nil
-		case w.Status != withdrawal.Processing && !dueFor(b, w.DueAt):
-			// A job that came early: put it back at the record's time.
-			d.schedule(ctx, w, b.Now)
-			return w, withdrawal.StartNotDue, nil
-		case w.Status != withdrawal.Processing:
-			// Due, but a call may have paid it: the attempt settles first
-			// and counts a call only when it sends one.
-			vals := begun()
-			w, ok, err = d.update(ctx, ref.ID, change{set: start, cond: unchanged(w, vals), names: statusUntil, vals: vals})
-		case w.ProcessingUntil.After(b.Now):
-			// Follow the running attempt up at its deadline, so a consumer
-			// that died mid-attempt is taken over; never earlier than the
-			// job's schedule (a retry the attempt recorded meanwhile).
-			if err := d.q.AddNoEarlier(ctx, w.Shard, w.ID, w.ProcessingUntil); err != nil {
-				return w, 0, err
-			}
-			return w, withdrawal.StartBusy, nil
-		default:
-			// Take over an attempt past its deadline: its consumer died,
-			// perhaps after its request left, so the payout may have been
-			// made.
-			vals := begun()
-			vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
-			w, ok, err = d.update(ctx, ref.ID, change{set: start + ", maybe_paid = :t", cond: unchanged(w, vals),
-				names: statusUntil, vals: vals})
-		}
-	}
-	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: the record keeps changing", ref.ID)
-}
-
-// attemptOf is the condition that attempt still runs.
-func attemptOf(attempt string, vals item) string {
-	vals[":processing"], vals[":aid"] = s(string(withdrawal.Processing)), s(attempt)
-	return "#status = :processing AND aid = :aid"
-}
-
-// Send implements withdrawal.Ledger.
-func (d *Dynamo) Send(ctx context.Context, ref withdrawal.Ref, attempt string, now time.Time, neverReceived bool) (withdrawal.Withdrawal, error) {
-	vals := item{":one": n(1), ":now": ms(now)}
-	// The attempt's deadline is the last a request of ours may be signed
-	// or running: attempts run one after another, so it only grows.
-	c := change{set: "attempts = attempts + :one, first_sent = if_not_exists(first_sent, :now), sent_until = #until, updated_at = :now",
-		cond: attemptOf(attempt, vals), names: statusUntil, vals: vals}
-	if neverReceived {
-		c.remove = "maybe_paid"
-	}
-	w, ok, err := d.update(ctx, ref.ID, c)
-	if err == nil && !ok {
-		err = fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
-	}
-	return w, err
-}
-
-// Finish implements withdrawal.Ledger.
-func (d *Dynamo) Finish(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.Result) (withdrawal.Withdrawal, error) {
-	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
-	}
-	vals := item{":st": s(string(r.Status)), ":at": ms(r.At), ":pid": s(r.PayoutID), ":err": s(r.LastError),
-		":unnotified": s(unnotified)}
-	w, ok, err := d.update(ctx, ref.ID, change{
-		set:    "#status = :st, processed_at = :at, updated_at = :at, payout_id = :pid, last_error = :err, state_key = :unnotified",
-		remove: "#until, maybe_paid",
-		cond:   attemptOf(attempt, vals), names: statusUntil, vals: vals,
-	})
-	if err == nil && !ok {
-		err = fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
-	}
-	return w, err
-}
-
-// Retry implements withdrawal.Ledger: the record, then the schedule.
-func (d *Dynamo) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.RetryAt) (withdrawal.Withdrawal, error) {
-	vals := item{":retrying": s(string(withdrawal.Retrying)), ":at": ms(r.At), ":now": ms(r.Now), ":err": s(r.LastError)}
-	set := "#status = :retrying, due_at = :at, updated_at = :now, last_error = :err, state_key = :retrying"
-	if r.MaybePaid {
-		set += ", maybe_paid = :t"
-		vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
-	}
-	w, ok, err := d.update(ctx, ref.ID, change{set: set, remove: "#until", cond: attemptOf(attempt, vals),
-		names: statusUntil, vals: vals})
-	if err != nil {
-		return withdrawal.Withdrawal{}, err
-	}
-	if !ok {
-		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
-	}
-	d.reschedule(ctx, w, r.Now, func() error { return d.q.RetryAt(ctx, w.Shard, w.ID, 0, r.At) })
-	return w, nil
-}
-
-// Resolve implements withdrawal.Ledger.
-func (d *Dynamo) Resolve(ctx context.Context, id string, r withdrawal.Resolution) (withdrawal.Withdrawal, error) {
-	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s as %q: not a final payout status", id, r.Status)
-	}
-	w, err := d.Find(ctx, id)
-	for range 4 {
-		switch {
-		case err != nil:
-			return withdrawal.Withdrawal{}, err
-		case w.Status == r.Status:
-			return w, nil
-		case withdrawal.Unresolvable(w, r) != "":
-			return w, notResolvable(w, r)
-		}
-		vals := item{":st": s(string(r.Status)), ":at": ms(r.At), ":by": s(r.By), ":unnotified": s(unnotified)}
-		set := "#status = :st, processed_at = :at, updated_at = :at, resolved_by = :by, resolved_at = :at, state_key = :unnotified"
-		if r.Status == withdrawal.Paid {
-			set, vals[":pid"] = set+", payout_id = :pid", s(r.PayoutID)
-		} else {
-			set, vals[":err"] = set+", last_error = :err", s(r.Reason)
-		}
-		// The compare-and-set pins the record Unresolvable judged; the
-		// condition states the rule too (resolve.lua's), so that no write
-		// settles a withdrawal that no call may have paid but as failed
-		// past the attempts.
-		cond := unchanged(w, vals) + " AND attribute_exists(maybe_paid)"
-		if r.Status == withdrawal.Failed && r.MaxAttempts > 0 {
-			vals[":retrying"], vals[":max"] = s(string(withdrawal.Retrying)), n(int64(r.MaxAttempts))
-			cond = unchanged(w, vals) + " AND (attribute_exists(maybe_paid) OR (#status = :retrying AND attempts >= :max))"
-		}
-		var ok bool
-		w, ok, err = d.update(ctx, id, change{set: set, remove: "#until, maybe_paid", cond: cond,
-			names: statusUntil, vals: vals})
-		if err == nil && ok {
-			d.tell(ctx, w, r.At)
-			return w, nil
-		}
-	}
-	return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: the record keeps changing", id)
-}
-
-// Apply implements withdrawal.Ledger: read, decide the step, then write it
-// with the event id as a compare-and-set on what was read. A withdrawal
-// never sent is refused as read (a consistent read; nothing makes a sent
-// withdrawal unsent) and the write's condition holds it too.
-func (d *Dynamo) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
-	for range 10 {
-		out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName: &d.tables.Withdrawals, Key: item{"id": s(id)}, ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: read %s: %w", id, err)
-		}
-		if len(out.Item) == 0 {
-			return withdrawal.Withdrawal{}, 0, withdrawal.ErrNotFound
-		}
-		w, err := decodeWithdrawal(out.Item)
-		if err != nil {
-			return withdrawal.Withdrawal{}, 0, err
-		}
-		if slices.Contains(item(out.Item).strings("events"), c.EventID) {
-			return w, withdrawal.Duplicate, nil
-		}
-		if w.NeverSent() {
-			return w, 0, fmt.Errorf("ledger: callback %s: %s is %s with %d calls: %w", c.EventID, id, w.Status, w.Attempts,
-				withdrawal.ErrNotSent)
-		}
-		to, applied := withdrawal.Step(w.Status, c.Status)
-		vals := item{":ev": &types.AttributeValueMemberSS{Value: []string{c.EventID}}, ":e": s(c.EventID)}
-		ch := change{add: "events :ev", names: statusName}
-		// The compare-and-set pins the record read; the condition states
-		// that it was sent too (apply.lua's rule), so no write lands on a
-		// withdrawal never sent.
-		vals[":scheduled"], vals[":retrying"], vals[":cancelled"] = s(string(withdrawal.Scheduled)),
-			s(string(withdrawal.Retrying)), s(string(withdrawal.Cancelled))
-		vals[":zero"] = n(0)
-		ch.cond = unchanged(w, vals) + " AND NOT contains(events, :e) AND NOT (#status IN (:scheduled, :retrying, :cancelled) " +
-			"AND (attribute_not_exists(attempts) OR attempts = :zero) AND attribute_not_exists(first_sent) " +
-			"AND attribute_not_exists(maybe_paid))"
-		if applied == withdrawal.Changed {
-			ch.set = "#status = :st, processed_at = :at, updated_at = :at, state_key = :unnotified"
-			ch.remove = "#until, maybe_paid"
-			ch.names = statusUntil
-			vals[":st"], vals[":at"], vals[":unnotified"] = s(string(to)), ms(c.At), s(unnotified)
-			if c.PayoutID != "" {
-				ch.set, vals[":pid"] = ch.set+", payout_id = :pid", s(c.PayoutID)
-			}
-			if to == withdrawal.Failed {
-				ch.set, vals[":err"] = ch.set+", last_error = :err", s(c.Reason)
-			}
-		}
-		ch.vals = vals
-		got, ok, err := d.update(ctx, id, ch)
-		if err != nil {
-			return withdrawal.Withdrawal{}, 0, err
-		}
-		if ok {
-			if applied == withdrawal.Changed {
-				d.tell(ctx, got, c.At)
-			}
-			return got, applied, nil
-		}
-	}
-	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
-}
-
-// tell schedules the job of a withdrawal settled outside an attempt, so
-// that the consumer tells finance (the reconciler does if this fails).
-func (d *Dynamo) tell(ctx context.Context, w withdrawal.Withdrawal, now time.Time) {
-	if err := d.q.Add(ctx, w.Shard, w.ID, now); err != nil {
-		d.log.Warn("settled but not scheduled to tell finance; the reconciler will", "withdrawal_id", w.ID, "error", err.Error())
-	}
-}
-
-// MarkNotified implements withdrawal.Ledger.
-func (d *Dynamo) MarkNotified(ctx context.Context, ref withdrawal.Ref, status withdrawal.Status) error {
-	_, _, err := d.update(ctx, ref.ID, change{set: "told = :st", remove: "state_key", cond: "#status = :st",
-		names: statusName, vals: item{":st": s(string(status))}})
-	if errors.Is(err, withdrawal.ErrNotFound) {
-		return nil
-	}
-	return err
 }

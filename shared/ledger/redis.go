@@ -21,53 +21,26 @@ import (
 )
 
 var (
+	//go:embed lua/commit.lua
+	commitSrc string
 	//go:embed lua/reserve.lua
 	reserveSrc string
 	//go:embed lua/release.lua
 	releaseSrc string
 	//go:embed lua/create.lua
 	createSrc string
-	//go:embed lua/cancel.lua
-	cancelSrc string
-	//go:embed lua/begin.lua
-	beginSrc string
-	//go:embed lua/finish.lua
-	finishSrc string
-	//go:embed lua/retry.lua
-	retrySrc string
-	//go:embed lua/notified.lua
-	notifiedSrc string
 	//go:embed lua/purge_keys.lua
 	purgeKeysSrc string
 	//go:embed lua/purge_idem.lua
 	purgeIdemSrc string
-	//go:embed lua/send.lua
-	sendSrc string
-	//go:embed lua/resolve.lua
-	resolveSrc string
-	//go:embed lua/apply.lua
-	applySrc string
-	//go:embed lua/reschedule.lua
-	rescheduleSrc string
 
-	reserveScript    = redis.NewScript(reserveSrc)
-	releaseScript    = redis.NewScript(releaseSrc)
-	createScript     = redis.NewScript(createSrc)
-	cancelScript     = redis.NewScript(cancelSrc)
-	beginScript      = redis.NewScript(beginSrc)
-	finishScript     = redis.NewScript(finishSrc)
-	retryScript      = redis.NewScript(retrySrc)
-	notifiedScript   = redis.NewScript(notifiedSrc)
-	purgeKeysScript  = redis.NewScript(purgeKeysSrc)
-	purgeIdemScript  = redis.NewScript(purgeIdemSrc)
-	sendScript       = redis.NewScript(sendSrc)
-	resolveScript    = redis.NewScript(resolveSrc)
-	applyScript      = redis.NewScript(applySrc)
-	rescheduleScript = redis.NewScript(rescheduleSrc)
+	commitScript    = redis.NewScript(commitSrc)
+	reserveScript   = redis.NewScript(reserveSrc)
+	releaseScript   = redis.NewScript(releaseSrc)
+	createScript    = redis.NewScript(createSrc)
+	purgeKeysScript = redis.NewScript(purgeKeysSrc)
+	purgeIdemScript = redis.NewScript(purgeIdemSrc)
 )
-
-// keptEvents bounds the callback event ids a record keeps to tell a replay.
-const keptEvents = 16
 
 // newOp names one ledger write: the write stores it, so that a write whose
 // answer was lost and which was sent again (go-redis and the AWS SDK resend
@@ -76,10 +49,12 @@ func newOp() string { return ulid.Make().String() }
 
 // ClockSkew is how far a consumer's clock may run behind the poller's that
 // claimed a job before the job counts as not due yet.
-const ClockSkew = time.Second
+const ClockSkew = withdrawal.ClockSkew
 
 // Redis is the withdrawal ledger on Redis, beside the withdrawal queue.
 type Redis struct {
+	// Records runs the transitions over Load and Commit.
+	withdrawal.Records
 	rdb redis.Cmdable
 	q   *delayq.Queue
 	// Grace is how long a withdrawal may go without a job (it may be in the
@@ -92,7 +67,9 @@ var _ withdrawal.Ledger = (*Redis)(nil)
 
 // NewRedis returns the Redis ledger of the withdrawals in queue q.
 func NewRedis(rdb redis.Cmdable, q *delayq.Queue) *Redis {
-	return &Redis{rdb: rdb, q: q}
+	l := &Redis{rdb: rdb, q: q}
+	l.Records = withdrawal.Records{Store: l}
+	return l
 }
 
 func (l *Redis) shardKeys(shard int) (delayq.Keys, error) {
@@ -277,73 +254,6 @@ func (l *Redis) records(ctx context.Context, n int, ids []string) ([]withdrawal.
 	return out, nil
 }
 
-// Cancel implements withdrawal.Ledger.
-func (l *Redis) Cancel(ctx context.Context, userID, id string, now time.Time) (withdrawal.Withdrawal, error) {
-	shard := l.q.ShardFor(userID)
-	k := l.q.Keys(shard)
-	res, err := cancelScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, k.Inflight, openKey(k)},
-		userID, now.UnixMilli(), id).Slice()
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
-	}
-	code, w, err := decodeReply(shard, id, res)
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: cancel %s: %w", id, err)
-	}
-	switch code {
-	case 0:
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case 3:
-		return w, withdrawal.ErrNotCancellable
-	default:
-		return w, nil
-	}
-}
-
-// Reschedule implements withdrawal.Ledger: one script on the owner's shard
-// moves the record's due time and its job together.
-func (l *Redis) Reschedule(ctx context.Context, r withdrawal.Reschedule) (withdrawal.Withdrawal, error) {
-	shard := l.q.ShardFor(r.UserID)
-	k := l.q.Keys(shard)
-	rev := ""
-	if r.IfRevision != nil {
-		rev = strconv.FormatInt(*r.IfRevision, 10)
-	}
-	res, err := rescheduleScript.Run(ctx, l.rdb, []string{recordKey(k, r.ID), k.Due, k.Inflight, openKey(k)},
-		r.UserID, r.Now.UnixMilli(), r.ID, r.DueAt.UnixMilli(), rev, r.By, r.Reason, newOp()).Slice()
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
-	}
-	code, w, err := decodeReply(shard, r.ID, res)
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: reschedule %s: %w", r.ID, err)
-	}
-	return rescheduled(code, w)
-}
-
-// rescheduled maps a reschedule's outcome (the codes of reschedule.lua)
-// to the record and its error.
-func rescheduled(code int64, w withdrawal.Withdrawal) (withdrawal.Withdrawal, error) {
-	switch code {
-	case 0:
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case 3:
-		return w, fmt.Errorf("ledger: %s is %s: %w", w.ID, w.Shown(), withdrawal.ErrNotReschedulable)
-	case 4:
-		return w, fmt.Errorf("ledger: %s is at revision %d: %w", w.ID, w.Revision, withdrawal.ErrPreconditionFailed)
-	}
-	return w, nil
-}
-
-// claimedMS is the Begin's claimed due time as the scripts take it: unix
-// ms, 0 when unknown.
-func claimedMS(b withdrawal.Begin) int64 {
-	if b.Claimed.IsZero() {
-		return 0
-	}
-	return b.Claimed.UnixMilli()
-}
-
 // Find implements withdrawal.Ledger: the record is on its owner's shard,
 // which the id does not tell, so every shard is asked in one round trip.
 func (l *Redis) Find(ctx context.Context, id string) (withdrawal.Withdrawal, error) {
@@ -365,183 +275,114 @@ func (l *Redis) Find(ctx context.Context, id string) (withdrawal.Withdrawal, err
 	return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
 }
 
-// Begin implements withdrawal.Ledger.
-func (l *Redis) Begin(ctx context.Context, ref withdrawal.Ref, b withdrawal.Begin) (withdrawal.Withdrawal, withdrawal.Start, error) {
-	k, err := l.shardKeys(ref.Shard)
-	if err != nil {
-		return withdrawal.Withdrawal{}, 0, err
-	}
-	res, err := beginScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, openKey(k)},
-		b.Now.UnixMilli(), b.Until.UnixMilli(), ClockSkew.Milliseconds(), ref.ID, b.Attempt, claimedMS(b)).Slice()
-	if err != nil {
-		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
-	}
-	code, w, err := decodeReply(ref.Shard, ref.ID, res)
-	if err != nil {
-		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, err)
-	}
-	if code == 0 {
-		return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: begin payout of %s: %w", ref.ID, withdrawal.ErrNotFound)
-	}
-	return w, withdrawal.Start(code), nil
-}
-
-// Send implements withdrawal.Ledger.
-func (l *Redis) Send(ctx context.Context, ref withdrawal.Ref, attempt string, now time.Time, neverReceived bool) (withdrawal.Withdrawal, error) {
+// Load implements withdrawal.Store.
+func (l *Redis) Load(ctx context.Context, ref withdrawal.Ref) (withdrawal.Withdrawal, error) {
 	k, err := l.shardKeys(ref.Shard)
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
-	res, err := sendScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID)},
-		attempt, now.UnixMilli(), flag(neverReceived), newOp()).Slice()
+	fields, err := l.rdb.HGetAll(ctx, recordKey(k, ref.ID)).Result()
 	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: count the call of %s: %w", ref.ID, err)
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: read %s: %w", ref.ID, err)
 	}
-	return transitioned(ref, res)
+	if len(fields) == 0 {
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrNotFound)
+	}
+	return decodeRecord(ref.Shard, ref.ID, fields)
 }
 
-// Finish implements withdrawal.Ledger.
-func (l *Redis) Finish(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.Result) (withdrawal.Withdrawal, error) {
-	k, err := l.shardKeys(ref.Shard)
+// Commit implements withdrawal.Store: one script on the shard's slot
+// (commit.lua) compares the revision, writes the whole record and applies
+// the queue operations, so record and schedule change together or not at
+// all. It is the only write of a withdrawal after its create.
+func (l *Redis) Commit(ctx context.Context, c withdrawal.Commit) (withdrawal.Withdrawal, error) {
+	k, err := l.shardKeys(c.Ref.Shard)
 	if err != nil {
 		return withdrawal.Withdrawal{}, err
 	}
-	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s as %q: not a final payout status", ref.ID, r.Status)
+	args := []any{strconv.FormatInt(c.Rev, 10), c.Op, c.Ref.ID, 0}
+	if c.Next != nil {
+		fields := encodeRecord(*c.Next)
+		args[3] = len(fields) / 2
+		args = append(args, fields...)
 	}
-	res, err := finishScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)},
-		attempt, string(r.Status), r.At.UnixMilli(), r.PayoutID, r.LastError, ref.ID, newOp()).Slice()
+	for _, op := range c.Queue {
+		at := ""
+		if !op.At.IsZero() {
+			at = strconv.FormatInt(op.At.UnixMilli(), 10)
+		}
+		args = append(args, string(op.Kind), at)
+	}
+	res, err := commitScript.Run(ctx, l.rdb, []string{recordKey(k, c.Ref.ID), k.Due, k.Inflight, openKey(k)}, args...).Slice()
 	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: finish %s: %w", ref.ID, err)
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, err)
 	}
-	return transitioned(ref, res)
-}
-
-// Retry implements withdrawal.Ledger.
-func (l *Redis) Retry(ctx context.Context, ref withdrawal.Ref, attempt string, r withdrawal.RetryAt) (withdrawal.Withdrawal, error) {
-	k, err := l.shardKeys(ref.Shard)
-	if err != nil {
-		return withdrawal.Withdrawal{}, err
-	}
-	res, err := retryScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), k.Due, k.Inflight, openKey(k)},
-		attempt, r.At.UnixMilli(), r.Now.UnixMilli(), r.LastError, ref.ID, flag(r.MaybePaid), newOp()).Slice()
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: retry %s: %w", ref.ID, err)
-	}
-	return transitioned(ref, res)
-}
-
-// Resolve implements withdrawal.Ledger.
-func (l *Redis) Resolve(ctx context.Context, id string, r withdrawal.Resolution) (withdrawal.Withdrawal, error) {
-	if r.Status != withdrawal.Paid && r.Status != withdrawal.Failed {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s as %q: not a final payout status", id, r.Status)
-	}
-	w, err := l.Find(ctx, id)
-	if err != nil {
-		return withdrawal.Withdrawal{}, err
-	}
-	k := l.q.Keys(w.Shard)
-	res, err := resolveScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
-		string(r.Status), r.PayoutID, r.Reason, r.By, r.At.UnixMilli(), id, newOp(), max(r.MaxAttempts, 0)).Slice()
-	if err != nil {
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
-	}
-	code, got, err := decodeReply(w.Shard, id, res)
+	code, w, err := decodeReply(c.Ref.Shard, c.Ref.ID, res)
 	switch {
 	case err != nil:
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: resolve %s: %w", id, err)
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, err)
 	case code == 0:
-		return withdrawal.Withdrawal{}, withdrawal.ErrNotFound
-	case code != 1:
-		return got, notResolvable(got, r)
+		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, withdrawal.ErrNotFound)
+	case code == 2:
+		return w, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+	case c.Next == nil:
+		return withdrawal.Withdrawal{}, nil
 	}
-	return got, nil
+	return *c.Next, nil
 }
 
-// notResolvable is the refusal of resolution r of w, as the ledger's
-// atomic step found w: ErrNotResolvable with the reason.
-func notResolvable(w withdrawal.Withdrawal, r withdrawal.Resolution) error {
-	why := withdrawal.Unresolvable(w, r)
-	if why == "" {
-		why = "it changed meanwhile; look at it again" // the step saw what this read does not
+// encodeRecord is w as the field/value pairs of its record hash, in the
+// current layout (decodeRecord reads it back): what create.lua writes for a
+// new withdrawal, and everything a later change set. Empty fields are left
+// out, as are the creation time the id tells and an update time that is
+// the creation's.
+func encodeRecord(w withdrawal.Withdrawal) []any {
+	f := []any{fieldUser, w.UserID, "status", string(w.Status), fieldAmount, w.Amount.String(),
+		fieldCurrency, w.Currency, fieldDest, w.Destination, "due", w.DueAt.UnixMilli()}
+	if t, ok := idTime(w.ID); !ok || t.UnixMilli() != w.CreatedAt.UnixMilli() {
+		f = append(f, fieldCreated, w.CreatedAt.UnixMilli())
 	}
-	return fmt.Errorf("ledger: %s is not an operator's to resolve as %s: %s: %w", w.ID, r.Status, why, withdrawal.ErrNotResolvable)
-}
-
-// Apply implements withdrawal.Ledger: read, decide the step, then write it
-// if the record did not move meanwhile (a compare-and-set on its
-// revision); the script refuses a withdrawal never sent as it finds it.
-func (l *Redis) Apply(ctx context.Context, id string, c withdrawal.Callback) (withdrawal.Withdrawal, withdrawal.Applied, error) {
-	w, err := l.Find(ctx, id)
-	if err != nil {
-		return withdrawal.Withdrawal{}, 0, err
+	if !w.UpdatedAt.Equal(w.CreatedAt) {
+		f = append(f, "updated", w.UpdatedAt.UnixMilli())
 	}
-	k := l.q.Keys(w.Shard)
-	op := newOp()
-	for range 10 {
-		to, applied := withdrawal.Step(w.Status, c.Status)
-		move := ""
-		if applied == withdrawal.Changed {
-			move = string(to)
+	for _, v := range []struct {
+		name string
+		val  string
+	}{
+		{fieldRequestID, w.RequestID}, {"last_error", w.LastError}, {"payout_id", w.PayoutID}, {"told", string(w.Told)},
+		{"aid", w.Attempt}, {"op", w.Op}, {"resolved_by", w.ResolvedBy}, {"resched_by", w.RescheduledBy},
+		{"resched_reason", w.RescheduleReason}, {"ev", strings.Join(w.Events, " ")},
+	} {
+		if v.val != "" {
+			f = append(f, v.name, v.val)
 		}
-		res, err := applyScript.Run(ctx, l.rdb, []string{recordKey(k, id), k.Due, openKey(k)},
-			strconv.FormatInt(w.Revision, 10), c.EventID, move, c.PayoutID, c.Reason, c.At.UnixMilli(), id, op, keptEvents).Slice()
-		if err != nil {
-			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback %s to %s: %w", c.EventID, id, err)
-		}
-		code, got, err := decodeReply(w.Shard, id, res)
-		switch {
-		case err != nil:
-			return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: %w", id, err)
-		case code == 0:
-			return withdrawal.Withdrawal{}, 0, withdrawal.ErrNotFound
-		case code == 1:
-			return got, applied, nil
-		case code == 3:
-			return got, withdrawal.Duplicate, nil
-		case code == 4:
-			return got, 0, fmt.Errorf("ledger: callback %s: %s is %s with %d calls: %w", c.EventID, id, got.Status,
-				got.Attempts, withdrawal.ErrNotSent)
-		}
-		w = got // it moved: decide again
 	}
-	return withdrawal.Withdrawal{}, 0, fmt.Errorf("ledger: apply callback to %s: the record keeps changing", id)
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{
+		{"processed", w.ProcessedAt}, {"until", w.ProcessingUntil}, {"first_sent", w.FirstSentAt},
+		{"sent_until", w.SentUntil}, {"resolved_at", w.ResolvedAt}, {"resched_at", w.RescheduledAt},
+		{"resched_from", w.RescheduledFrom},
+	} {
+		if !t.at.IsZero() {
+			f = append(f, t.name, t.at.UnixMilli())
+		}
+	}
+	if w.MaybePaid {
+		f = append(f, "maybe", "1")
+	}
+	if w.Attempts != 0 {
+		f = append(f, "attempts", w.Attempts)
+	}
+	if w.Revision != 0 {
+		f = append(f, "rev", w.Revision)
+	}
+	return f
 }
 
 // base36 is t in unix ms, base 36: how the idempotency entries keep times.
 func base36(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36) }
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-func transitioned(ref withdrawal.Ref, res []any) (withdrawal.Withdrawal, error) {
-	code, w, err := decodeReply(ref.Shard, ref.ID, res)
-	switch {
-	case err != nil:
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, err)
-	case code == 0:
-		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrNotFound)
-	case code == 2:
-		return w, fmt.Errorf("ledger: %s: %w", ref.ID, withdrawal.ErrStale)
-	}
-	return w, nil
-}
-
-// MarkNotified implements withdrawal.Ledger.
-func (l *Redis) MarkNotified(ctx context.Context, ref withdrawal.Ref, status withdrawal.Status) error {
-	k, err := l.shardKeys(ref.Shard)
-	if err != nil {
-		return err
-	}
-	if err := notifiedScript.Run(ctx, l.rdb, []string{recordKey(k, ref.ID), openKey(k)}, ref.ID, string(status)).Err(); err != nil {
-		return fmt.Errorf("ledger: mark %s notified: %w", ref.ID, err)
-	}
-	return nil
-}
 
 // purgeBatch bounds one purge script of the first layout; purgePage and
 // purgePages bound the pages of a shard's idempotency hash that one
@@ -634,7 +475,7 @@ func decodeReply(shard int, id string, res []any) (int64, withdrawal.Withdrawal,
 // key's: a short record stays a small listpack. A record of the first
 // layout (written before) has the long names, read as a fallback.
 const (
-	fieldUser      = "u" // first layout: user (cancel.lua and reschedule.lua read it too)
+	fieldUser      = "u" // first layout: user
 	fieldAmount    = "a" // first layout: amount
 	fieldCurrency  = "c" // currency
 	fieldDest      = "d" // dest
@@ -710,6 +551,9 @@ func decodeRecord(shard int, id string, f map[string]string) (withdrawal.Withdra
 	}
 	if _, ok := f["updated"]; !ok {
 		w.UpdatedAt = w.CreatedAt // not written until the first change
+	}
+	if v := f["ev"]; v != "" {
+		w.Events = strings.Fields(v)
 	}
 	if v := f["rev"]; v != "" {
 		if w.Revision, err = strconv.ParseInt(v, 10, 64); err != nil {

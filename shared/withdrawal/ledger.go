@@ -2,15 +2,16 @@ package withdrawal
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
-// Ledger is the system of record for withdrawals and their idempotency keys.
-// Every state change is conditional: the backend applies it only from the
-// states the state machine allows, so concurrent or duplicate callers cannot
-// move a record twice. Scheduling in the delay queue is the ledger's job too,
-// so that a backend that can (Redis) makes record and schedule one atomic step.
-type Ledger interface {
+// Store is the port a ledger backend implements: reads, idempotency, the
+// create (a specialised step: it reserves, writes and schedules at once, on
+// the hot path), and one Commit that every other change goes through. The
+// rules of those changes are not the backend's: Decide makes them, and
+// Records runs them over any Store, so that they are written once.
+type Store interface {
 	// Reserve claims an idempotency key for a create, or reports its state.
 	Reserve(ctx context.Context, r Reservation) (KeyState, error)
 	// Release gives up a reservation for id, so the client may retry at
@@ -31,6 +32,58 @@ type Ledger interface {
 	// List returns up to limit of the user's withdrawals, newest first,
 	// starting after the id after (empty for the first page).
 	List(ctx context.Context, userID string, limit int, after string) ([]Withdrawal, error)
+	// Find returns withdrawal id whoever owns it (operators, provider
+	// callbacks), or ErrNotFound.
+	Find(ctx context.Context, id string) (Withdrawal, error)
+	// Load returns the withdrawal ref locates (the payout step's read), or
+	// ErrNotFound.
+	Load(ctx context.Context, ref Ref) (Withdrawal, error)
+	// Outstanding runs fn over every withdrawal not done with, a page at a
+	// time: bounded by what is outstanding, not by history.
+	Outstanding(ctx context.Context, fn func(Withdrawal) error) error
+	// Commit writes c.Next (nil: nothing) with c.Queue if the record is
+	// still at revision c.Rev, and returns the record after it. Otherwise
+	// it writes nothing and returns ErrConflict with the record as it
+	// stands (ErrNotFound when there is none). A commit sent again after
+	// its answer was lost is recognised by c.Op and answers as the first.
+	Commit(ctx context.Context, c Commit) (Withdrawal, error)
+}
+
+// Commit is one change of a record: the compare-and-set of the design.
+type Commit struct {
+	Ref Ref
+	// Rev is the revision the change was decided on.
+	Rev int64
+	// Op names this write (Withdrawal.Op of Next).
+	Op string
+	// At is when the event happened (a backend that decides where a
+	// schedule is kept by how far ahead it lies reads it).
+	At time.Time
+	// Next is the record to write, nil for queue operations alone (still
+	// under the compare).
+	Next *Withdrawal
+	// Queue is written with Next: in the same atomic step where the
+	// backend can (Redis), else after it, healed by the reconciler.
+	Queue []QueueOp
+}
+
+// ErrConflict: the record changed since it was read; nothing was written.
+var ErrConflict = errors.New("withdrawal: the record changed since it was read")
+
+// Ledger is the system of record for withdrawals and their idempotency
+// keys, as the services use it: a Store with the transitions. Every state
+// change is conditional: Decide applies it only from the states the state
+// machine allows, and the Store's Commit only to the record it was decided
+// on, so concurrent or duplicate callers cannot move a record twice.
+// Records implements the transitions over any Store.
+type Ledger interface {
+	Store
+	// Advance decides event e on the record w as read and commits it on
+	// w's revision; if the record moved since, it decides e again on the
+	// record as it stands. It returns the decision (Next is the record
+	// after it) and the decision's refusal as its error. The methods below
+	// are the same, each reading the record first.
+	Advance(ctx context.Context, w Withdrawal, e Event) (Decision, error)
 	// Cancel moves a scheduled or retrying withdrawal to cancelled and takes it
 	// off the queue. A cancelled one is returned as is; any other state gives
 	// ErrNotCancellable with the record.
@@ -42,14 +95,6 @@ type Ledger interface {
 	// ErrPreconditionFailed (not at r.IfRevision) or ErrNotReschedulable,
 	// the last two with the record as it stands.
 	Reschedule(ctx context.Context, r Reschedule) (Withdrawal, error)
-
-	// Find returns withdrawal id whoever owns it (operators, provider
-	// callbacks), or ErrNotFound.
-	Find(ctx context.Context, id string) (Withdrawal, error)
-	// Outstanding runs fn over every withdrawal not done with, a page at a
-	// time: bounded by what is outstanding, not by history.
-	Outstanding(ctx context.Context, fn func(Withdrawal) error) error
-
 	// Begin starts a payout attempt named b.Attempt (see Start) and returns
 	// the record. An attempt on a record with no call that may have paid is
 	// counted at once (it sends); one on a record that may have been paid

@@ -219,7 +219,6 @@ func (p *Processor) now() time.Time { return p.cfg.Clock.Now().UTC() }
 
 // attempt runs a begun attempt on w to its end and records it.
 func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, log *slog.Logger) (Withdrawal, error) {
-	ref := w.Ref()
 	if w.MaybePaid {
 		// An earlier call may have paid: settle that first.
 		lk, lerr := p.cfg.Provider.Lookup(ctx, w)
@@ -236,15 +235,15 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 			return p.paid(ctx, w, attempt, lk.PayoutID, now, log)
 		case lerr == nil && lk.State == LookupFailed:
 			log.Warn("unknown payout outcome settled by the provider's lookup: failed", "reason", lk.Reason)
-			return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, At: now,
-				LastError: "payout: the provider reports the payout failed: " + lk.Reason})
+			return p.advance(ctx, w, Finish{Attempt: attempt, Result: Result{Status: Failed, At: now,
+				LastError: "payout: the provider reports the payout failed: " + lk.Reason}})
 		case lerr == nil && lk.State == LookupPending:
 			return p.retry(ctx, w, attempt, now, errors.New("payout: the provider reports the payout pending"), true, log)
 		case errors.Is(lerr, ErrTooLate):
 			return p.retry(ctx, w, attempt, now, lerr, true, log)
 		case notFound && now.After(provenAt):
 			log.Info("the provider never received the payout request; sending it")
-			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, true)
+			w, err = p.advance(ctx, w, Send{Attempt: attempt, Now: now, NeverReceived: true})
 		case !w.FirstSentAt.IsZero() && now.Sub(w.FirstSentAt) > p.cfg.IdempotencyWindow:
 			// The provider may have forgotten the key: a request sent again
 			// now could pay a second time.
@@ -259,8 +258,8 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 				"first_sent_at", clock.Format(w.FirstSentAt), "error", lerr.Error())
 			// The capped backoff: nothing but a lookup or an operator can
 			// end it now, so there is no hurry.
-			return p.cfg.Ledger.Retry(ctx, ref, attempt, RetryAt{At: now.Add(p.Backoff(64)), Now: now,
-				LastError: cause.Error(), MaybePaid: true})
+			return p.advance(ctx, w, Retry{Attempt: attempt, RetryAt: RetryAt{At: now.Add(p.Backoff(64)), Now: now,
+				LastError: cause.Error(), MaybePaid: true}})
 		default:
 			switch {
 			case notFound:
@@ -272,7 +271,7 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 			case !errors.Is(lerr, ErrNoLookup):
 				log.Warn("payout lookup told nothing; asking again under the same key", "error", lerr.Error())
 			}
-			w, err = p.cfg.Ledger.Send(ctx, ref, attempt, now, false)
+			w, err = p.advance(ctx, w, Send{Attempt: attempt, Now: now})
 		}
 		if err != nil {
 			return w, err
@@ -289,7 +288,7 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		return p.retry(ctx, w, attempt, now, payErr, false, log)
 	case errors.Is(payErr, ErrPermanent):
 		log.Warn("payout refused for good", "attempts", w.Attempts, "error", payErr.Error())
-		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
+		return p.advance(ctx, w, Finish{Attempt: attempt, Result: Result{Status: Failed, LastError: payErr.Error(), At: now}})
 	case errors.Is(payErr, ErrRejected):
 		// Our credentials, not the payout: never a verdict.
 		p.cfg.Metrics.Count(metrics.PayoutsRejected, 1, nil)
@@ -299,7 +298,7 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		return p.retry(ctx, w, attempt, now, payErr, true, log)
 	case !w.MaybePaid && w.Attempts >= p.cfg.MaxAttempts:
 		log.Warn("payout failed for good", "attempts", w.Attempts, "error", payErr.Error())
-		return p.cfg.Ledger.Finish(ctx, ref, attempt, Result{Status: Failed, LastError: payErr.Error(), At: now})
+		return p.advance(ctx, w, Finish{Attempt: attempt, Result: Result{Status: Failed, LastError: payErr.Error(), At: now}})
 	}
 	return p.retry(ctx, w, attempt, now, payErr, false, log)
 }
@@ -312,7 +311,7 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 // (paid after failed or cancelled) kept out and reported. It then answers
 // ErrStale with the record as it stands.
 func (p *Processor) paid(ctx context.Context, w Withdrawal, attempt, payoutID string, now time.Time, log *slog.Logger) (Withdrawal, error) {
-	got, err := p.cfg.Ledger.Finish(ctx, w.Ref(), attempt, Result{Status: Paid, PayoutID: payoutID, At: now})
+	got, err := p.advance(ctx, w, Finish{Attempt: attempt, Result: Result{Status: Paid, PayoutID: payoutID, At: now}})
 	if !errors.Is(err, ErrStale) {
 		return got, err
 	}
@@ -332,10 +331,18 @@ func (p *Processor) paid(ctx context.Context, w Withdrawal, attempt, payoutID st
 	return got, fmt.Errorf("withdrawal: %s: %w", w.ID, ErrStale)
 }
 
+// advance records event e of an attempt on w, the record as the attempt
+// last read it (no read first: one round trip), and returns the record
+// after it, or as it stands with the refusal (ErrStale: taken over).
+func (p *Processor) advance(ctx context.Context, w Withdrawal, e Event) (Withdrawal, error) {
+	d, err := p.cfg.Ledger.Advance(ctx, w, e)
+	return d.Next, err
+}
+
 // retry schedules the next attempt after one that ended without a verdict.
 func (p *Processor) retry(ctx context.Context, w Withdrawal, attempt string, now time.Time, cause error, maybePaid bool, log *slog.Logger) (Withdrawal, error) {
 	at := now.Add(p.Backoff(max(w.Attempts, 1)))
-	got, err := p.cfg.Ledger.Retry(ctx, w.Ref(), attempt, RetryAt{At: at, Now: now, LastError: cause.Error(), MaybePaid: maybePaid})
+	got, err := p.advance(ctx, w, Retry{Attempt: attempt, RetryAt: RetryAt{At: at, Now: now, LastError: cause.Error(), MaybePaid: maybePaid}})
 	if err != nil {
 		return got, err
 	}
@@ -359,8 +366,8 @@ func (p *Processor) notify(ctx context.Context, w Withdrawal, log *slog.Logger) 
 	if err := p.cfg.Notifier.Notify(ctx, w.Processed()); err != nil {
 		return fmt.Errorf("withdrawal: tell finance of %s: %w", w.ID, err)
 	}
-	if err := p.cfg.Ledger.MarkNotified(ctx, w.Ref(), w.Status); err != nil {
-		return err
+	if _, err := p.cfg.Ledger.Advance(ctx, w, Notified{Status: w.Status}); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("withdrawal: mark %s notified: %w", w.ID, err)
 	}
 	log.Info("payout processed", "status", w.Status, "attempts", w.Attempts)
 	return nil

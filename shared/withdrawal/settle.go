@@ -186,7 +186,7 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 // resolved as failed only: no money left, so paid would be invented. A
 // withdrawal never sent, or one the payout step settles itself, is
 // refused. A record already in r.Status is no refusal: ledgers return it
-// as it is. resolve.lua decides the same inside its script.
+// as it is. Decide applies it in the step that commits the resolution.
 func Unresolvable(w Withdrawal, r Resolution) string {
 	switch {
 	case w.Status.Final():

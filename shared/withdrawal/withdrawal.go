@@ -130,6 +130,9 @@ type Withdrawal struct {
 	RescheduledAt    time.Time
 	// RescheduledFrom is the due time the last reschedule moved it from.
 	RescheduledFrom time.Time
+	// Events are the ids of the provider callbacks applied, oldest first,
+	// the last KeptEvents of them: a callback sent again is told apart.
+	Events []string
 }
 
 // Reschedulable reports whether w's due time may still be moved: the same
@@ -174,9 +177,8 @@ func (w Withdrawal) SentBy(attempt time.Duration) time.Time {
 // none may have paid. A processing withdrawal may have sent (its attempt
 // counts the call as it begins it), and so may a paid, failed or returned
 // one. A provider's callback about a never-sent withdrawal is refused
-// (ErrNotSent), and so is an operator's resolution. The ledgers decide the
-// same inside their atomic step (apply.lua, resolve.lua, Dynamo's
-// conditions).
+// (ErrNotSent), and so is an operator's resolution. Decide judges it on
+// the record a commit writes only if it is still at the revision read.
 func (w Withdrawal) NeverSent() bool {
 	return (w.Status == Scheduled || w.Status == Retrying || w.Status == Cancelled) &&
 		w.Attempts == 0 && w.FirstSentAt.IsZero() && !w.MaybePaid

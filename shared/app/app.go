@@ -258,7 +258,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a.Seckill, err = seckill.NewService(seckill.Config{
 		Store: a.Items, Clock: a.Clock, Logger: log, Backlog: cfg.OrderBacklog, Memory: cfg.SoldOutMemory,
-		OnScheduled: a.notifyScheduled, Metrics: a.Metrics, Prices: rules,
+		OnScheduled: a.notifyScheduled, Metrics: a.Metrics, Prices: rules.Money(),
 	})
 	if err != nil {
 		return nil, err

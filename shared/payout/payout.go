@@ -15,6 +15,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/correlation"
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signedpost"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -133,7 +134,7 @@ func (c *Client) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, erro
 	body, err := json.Marshal(request{
 		WithdrawalID: w.ID,
 		UserID:       w.UserID,
-		Amount:       withdrawal.FormatAmount(w.Amount, w.Currency),
+		Amount:       money.Format(w.Amount, w.Currency),
 		Currency:     w.Currency,
 		Destination:  w.Destination,
 	})

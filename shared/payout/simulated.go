@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/hourglass/hourglass/shared/correlation"
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -34,7 +35,7 @@ func (s *Simulated) Pay(ctx context.Context, w withdrawal.Withdrawal) (string, e
 	// Not the destination: logs carry no bank data.
 	correlation.Logger(log, w.RequestID).InfoContext(ctx, "simulated payout",
 		"withdrawal_id", w.ID,
-		"amount", withdrawal.FormatAmount(w.Amount, w.Currency),
+		"amount", money.Format(w.Amount, w.Currency),
 		"currency", w.Currency)
 	s.paid.Store(w.ID, "sim_"+w.ID)
 	return "sim_" + w.ID, nil

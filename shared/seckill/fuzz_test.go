@@ -7,8 +7,8 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/validation"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 var fuzzNow = time.Date(2026, 11, 29, 10, 0, 0, 250_000_000, time.UTC)
@@ -68,7 +68,7 @@ func FuzzParsePreheat(f *testing.F) {
 		f.Add(s.id, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, id string, body []byte) {
-		it, err := parsePreheat(id, body, fuzzNow, withdrawal.Rules{Currencies: []string{"CNY", "JPY"}, MaxAmount: decimal.NewFromInt(1000)})
+		it, err := parsePreheat(id, body, fuzzNow, money.Rules{Currencies: []string{"CNY", "JPY"}, Max: decimal.NewFromInt(1000)})
 		if err != nil {
 			wantRefusal(t, err)
 			return

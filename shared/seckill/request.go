@@ -3,8 +3,8 @@ package seckill
 import (
 	"time"
 
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/validation"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 var preheatFields = map[string]bool{"stock": true, "starts_at": true, "ends_at": true, "per_user_limit": true, "shards": true,
@@ -18,7 +18,7 @@ func checkItemID(id string, verr *validation.Error) {
 
 // parsePreheat validates a preheat body at now; a price follows prices'
 // rules (those of a withdrawal's amount).
-func parsePreheat(id string, body []byte, now time.Time, prices withdrawal.Rules) (Item, error) {
+func parsePreheat(id string, body []byte, now time.Time, prices money.Rules) (Item, error) {
 	verr := &validation.Error{}
 	checkItemID(id, verr)
 	raw := verr.Object(body, preheatFields, false)
@@ -50,7 +50,7 @@ func parsePreheat(id string, body []byte, now time.Time, prices withdrawal.Rules
 	}
 	it.StartsAt, it.EndsAt = starts, ends
 	var priced bool
-	it.Price, it.Currency, priced, _ = prices.ParseMoney(verr, raw, "price", "currency", false)
+	it.Price, it.Currency, priced, _ = prices.Parse(verr, raw, "price", "currency", false)
 	window, windowOK := verr.Int(raw, "payment_window_seconds", 0, 1, int64(MaxPaymentWindow/time.Second), false)
 	if _, given := raw["payment_window_seconds"]; given && windowOK && !priced {
 		verr.Add("payment_window_seconds", "needs a price and currency")

@@ -17,8 +17,8 @@ import (
 	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/metrics"
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/validation"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 // Defaults of a Service.
@@ -62,7 +62,7 @@ type Config struct {
 	// Prices are the rules of an item's price and currency (a withdrawal's
 	// amount rules: HOURGLASS_CURRENCIES, HOURGLASS_MAX_AMOUNT); zero means
 	// CNY, USD, EUR and JPY up to 1,000,000.
-	Prices withdrawal.Rules
+	Prices money.Rules
 	// PreheatTimeout is a preheat's deadline (DefaultPreheatTimeout).
 	PreheatTimeout time.Duration
 }
@@ -108,7 +108,7 @@ func NewService(cfg Config) (*Service, error) {
 	cfg.Hold = cmp.Or(cfg.Hold, DefaultHold)
 	cfg.PreheatTimeout = cmp.Or(cfg.PreheatTimeout, DefaultPreheatTimeout)
 	if len(cfg.Prices.Currencies) == 0 {
-		cfg.Prices = withdrawal.Rules{Currencies: []string{"CNY", "USD", "EUR", "JPY"}, MaxAmount: decimal.NewFromInt(1_000_000)}
+		cfg.Prices = money.Rules{Currencies: []string{"CNY", "USD", "EUR", "JPY"}, Max: decimal.NewFromInt(1_000_000)}
 	}
 	if cfg.Backlog < 1 || cfg.Hold <= 0 || cfg.Memory < 0 || cfg.PreheatTimeout <= 0 {
 		return nil, fmt.Errorf("seckill: bad settings: backlog %d, hold %s, memory %s, preheat timeout %s",

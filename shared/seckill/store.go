@@ -15,8 +15,8 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/orders"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 var (
@@ -160,7 +160,7 @@ func (st settings) terms(qty int, now time.Time) (amount, currency string, payBy
 	if err != nil {
 		return "", "", payBy
 	}
-	return withdrawal.FormatAmount(price.Mul(decimal.NewFromInt(int64(qty))), st.currency), st.currency, payBy
+	return money.Format(price.Mul(decimal.NewFromInt(int64(qty))), st.currency), st.currency, payBy
 }
 
 // settings reads an item's settings; version 0 means the item is unknown.

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/validation"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 func digits(currency string) int32 {
-	d, _ := withdrawal.MinorDigits(currency)
+	d, _ := money.MinorDigits(currency)
 	return d
 }
 

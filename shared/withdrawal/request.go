@@ -6,40 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/money"
 	"github.com/hourglass/hourglass/shared/validation"
 )
-
-// minorDigits are ISO 4217 minor units of the currencies Hourglass knows.
-var minorDigits = map[string]int32{
-	"AUD": 2, "BHD": 3, "BRL": 2, "CAD": 2, "CHF": 2, "CNY": 2, "CZK": 2, "DKK": 2,
-	"EUR": 2, "GBP": 2, "HKD": 2, "HUF": 2, "IDR": 2, "INR": 2, "ISK": 0, "JOD": 3,
-	"JPY": 0, "KRW": 0, "KWD": 3, "MXN": 2, "MYR": 2, "NOK": 2, "NZD": 2, "OMR": 3,
-	"PHP": 2, "PLN": 2, "SEK": 2, "SGD": 2, "THB": 2, "TND": 3, "TRY": 2, "TWD": 2,
-	"USD": 2, "VND": 0, "ZAR": 2,
-}
-
-// MinorDigits returns the number of decimals currency allows, and whether
-// Hourglass knows the currency.
-func MinorDigits(currency string) (int32, bool) {
-	d, ok := minorDigits[currency]
-	return d, ok
-}
-
-// FormatAmount writes amount with exactly the currency's minor digits.
-func FormatAmount(amount decimal.Decimal, currency string) string {
-	d, ok := minorDigits[currency]
-	if !ok {
-		return amount.String()
-	}
-	return amount.StringFixed(d)
-}
 
 // Rules are the configurable limits of a withdrawal request.
 type Rules struct {
@@ -53,41 +27,18 @@ type Rules struct {
 	MaxDelay time.Duration
 }
 
+// Money is the rules of the request's amount.
+func (r Rules) Money() money.Rules { return money.Rules{Currencies: r.Currencies, Max: r.MaxAmount} }
+
 // Check reports a rule set that could not work.
 func (r Rules) Check() error {
-	if len(r.Currencies) == 0 {
-		return fmt.Errorf("withdrawal: no currency accepted")
-	}
-	for _, c := range r.Currencies {
-		if _, ok := minorDigits[c]; !ok {
-			return fmt.Errorf("withdrawal: unknown currency %q (known: %s)", c, strings.Join(knownCurrencies(), ","))
-		}
-	}
-	if !r.MaxAmount.IsPositive() {
-		return fmt.Errorf("withdrawal: maximum amount %s is not positive", r.MaxAmount)
+	if err := r.Money().Check(); err != nil {
+		return fmt.Errorf("withdrawal: %w", err)
 	}
 	if r.MaxDelay <= 0 || r.DefaultDelay < 0 || r.DefaultDelay > r.MaxDelay {
 		return fmt.Errorf("withdrawal: default delay %s must lie within 0..%s", r.DefaultDelay, r.MaxDelay)
 	}
 	return nil
-}
-
-func knownCurrencies() []string {
-	out := make([]string, 0, len(minorDigits))
-	for c := range minorDigits {
-		out = append(out, c)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (r Rules) accepts(currency string) bool {
-	for _, c := range r.Currencies {
-		if c == currency {
-			return true
-		}
-	}
-	return false
 }
 
 // Request is a valid withdrawal request.
@@ -101,10 +52,7 @@ type Request struct {
 	Fingerprint string
 }
 
-var (
-	amountRe      = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.([0-9]{1,18}))?$`)
-	destinationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-)
+var destinationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 var knownFields = map[string]bool{
 	"amount": true, "currency": true, "destination": true, "delay_seconds": true, "process_at": true,
@@ -131,7 +79,7 @@ func (r Rules) parse(body []byte, now time.Time) (req Request, late, err error) 
 	if raw == nil {
 		return Request{}, nil, verr
 	}
-	req.Amount, req.Currency, _, _ = r.ParseMoney(verr, raw, "amount", "currency", true)
+	req.Amount, req.Currency, _, _ = r.Money().Parse(verr, raw, "amount", "currency", true)
 	var destinationOK bool
 	req.Destination, destinationOK = verr.String(raw, "destination")
 	if destinationOK && !destinationRe.MatchString(req.Destination) {

@@ -185,13 +185,3 @@ func TestRulesCheck(t *testing.T) {
 		}
 	}
 }
-
-func TestFormatAmount(t *testing.T) {
-	for _, tc := range []struct{ amount, currency, want string }{
-		{"125.5", "CNY", "125.50"}, {"100", "JPY", "100"}, {"0.01", "USD", "0.01"}, {"7", "KWD", "7.000"},
-	} {
-		if got := withdrawal.FormatAmount(decimal.RequireFromString(tc.amount), tc.currency); got != tc.want {
-			t.Errorf("FormatAmount(%s %s) = %s, want %s", tc.amount, tc.currency, got, tc.want)
-		}
-	}
-}

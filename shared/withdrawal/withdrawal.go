@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/money"
 )
 
 // Status is a withdrawal's place in its life.
@@ -225,7 +226,7 @@ func (w Withdrawal) View() View {
 	v := View{
 		ID:          w.ID,
 		Status:      w.Shown(),
-		Amount:      FormatAmount(w.Amount, w.Currency),
+		Amount:      money.Format(w.Amount, w.Currency),
 		Currency:    w.Currency,
 		Destination: w.Destination,
 		DueAt:       clock.Format(w.DueAt),
@@ -329,7 +330,7 @@ func (w Withdrawal) Processed() Processed {
 		WithdrawalID: w.ID,
 		UserID:       w.UserID,
 		Status:       w.Status,
-		Amount:       FormatAmount(w.Amount, w.Currency),
+		Amount:       money.Format(w.Amount, w.Currency),
 		Currency:     w.Currency,
 		Destination:  w.Destination,
 		PayoutID:     w.PayoutID,

@@ -135,15 +135,16 @@ func (d *Dynamo) SettlePayment(ctx context.Context, p seckill.Payment) (seckill.
 		if err != nil {
 			return seckill.Order{}, seckill.PaymentResult{}, err
 		}
-		if o.PayBy.IsZero() {
-			return seckill.Order{}, seckill.PaymentResult{}, seckill.ErrNoOrder // nothing to pay
+		dec := seckill.DecideOrder(o, p)
+		if dec.Err != nil {
+			return seckill.Order{}, seckill.PaymentResult{}, dec.Err // no window: nothing to pay
 		}
 		if rec := it.str(ev); rec != "" {
 			r := decodePaymentResult(rec)
 			r.Replayed = true
 			return o, r, nil
 		}
-		outcome, end := seckill.DecidePayment(o, p)
+		outcome, end := dec.Outcome, dec.End
 		at := strconv.FormatInt(p.At.UnixMilli(), 10)
 		names := map[string]string{"#ev": ev}
 		vals := item{":rec": s(string(outcome) + "|" + string(end) + "|" + at)}
@@ -155,7 +156,7 @@ func (d *Dynamo) SettlePayment(ctx context.Context, p seckill.Payment) (seckill.
 			cond += " AND ended = :seen"
 			vals[":seen"] = s(string(o.End))
 		}
-		if end != o.End {
+		if dec.SetEnd {
 			set += ", ended = :end, ended_at = :at"
 			vals[":end"], vals[":at"] = s(string(end)), ms(p.At)
 		}
@@ -180,6 +181,9 @@ func (d *Dynamo) SettlePayment(ctx context.Context, p seckill.Payment) (seckill.
 // ExpireOrder implements seckill.OrderLedger: a conditional update sets the
 // end unless one is there, and only from the pay-by time on.
 func (d *Dynamo) ExpireOrder(ctx context.Context, o seckill.Order, now time.Time) (seckill.OrderEnd, error) {
+	// The decision is seckill.DecideOrder's (end there: as it is; before
+	// pay-by: not due; else expired), written as one condition that holds
+	// it on the item as it stands.
 	_, err := d.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &d.tables.Orders, Key: item{"id": s(o.ID)},
 		UpdateExpression: aws.String("SET ended = :end, ended_at = :now"),
@@ -194,11 +198,13 @@ func (d *Dynamo) ExpireOrder(ctx context.Context, o seckill.Order, now time.Time
 		return "", fmt.Errorf("ledger: expire order %s: %w", o.ID, err)
 	}
 	held, _, err := d.readOrder(ctx, o.ID)
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", err
-	case held.End != seckill.EndNone:
-		return held.End, nil
 	}
-	return "", seckill.ErrNotDue
+	dec := seckill.DecideOrder(held, seckill.Expire{Now: now})
+	switch {
+	case dec.Err != nil || dec.SetEnd:
+		return "", seckill.ErrNotDue // no window, not due, or (a condition that failed) not yet
+	}
+	return dec.End, nil
 }

@@ -193,13 +193,14 @@ func (l *RedisOrders) SettlePayment(ctx context.Context, p seckill.Payment) (sec
 		if err != nil {
 			return seckill.Order{}, seckill.PaymentResult{}, err
 		}
-		if o.PayBy.IsZero() {
-			return seckill.Order{}, seckill.PaymentResult{}, seckill.ErrNoOrder // nothing to pay
+		d := seckill.DecideOrder(o, p)
+		if d.Err != nil {
+			return seckill.Order{}, seckill.PaymentResult{}, d.Err // no window: nothing to pay
 		}
-		outcome, end := seckill.DecidePayment(o, p)
+		outcome, end := d.Outcome, d.End
 		setEnd := ""
-		if end != o.End {
-			setEnd = string(end) + "|" + strconv.FormatInt(p.At.UnixMilli(), 10)
+		if d.SetEnd {
+			setEnd = string(end) + "|" + strconv.FormatInt(d.At.UnixMilli(), 10)
 		}
 		res, err := payScript.Run(ctx, l.rdb, []string{l.paymentsKey(o.ItemID, o.Shard)},
 			o.ID+":end", o.ID+"|"+p.EventID, string(o.End), setEnd,
@@ -244,16 +245,20 @@ func (l *RedisOrders) ExpireOrder(ctx context.Context, o seckill.Order, now time
 	if err != nil {
 		return "", err
 	}
-	if held.End != seckill.EndNone {
-		return held.End, nil
+	d := seckill.DecideOrder(held, seckill.Expire{Now: now})
+	switch {
+	case errors.Is(d.Err, seckill.ErrNoOrder):
+		return "", seckill.ErrNotDue // no window: it never expires
+	case d.Err != nil:
+		return "", d.Err
+	case !d.SetEnd:
+		return d.End, nil
 	}
-	if held.PayBy.IsZero() || now.Before(held.PayBy) {
-		return "", seckill.ErrNotDue
-	}
+	// The first end wins for good (HSETNX); the one there is the answer.
 	pk := l.paymentsKey(held.ItemID, held.Shard)
 	var end *redis.StringCmd
 	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, pk, o.ID+":end", string(seckill.EndExpired)+"|"+strconv.FormatInt(now.UnixMilli(), 10))
+		p.HSetNX(ctx, pk, o.ID+":end", string(d.End)+"|"+strconv.FormatInt(d.At.UnixMilli(), 10))
 		end = p.HGet(ctx, pk, o.ID+":end")
 		return nil
 	})

@@ -2,9 +2,12 @@ package modelcheck_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hourglass/hourglass/internal/stall"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -98,4 +101,144 @@ func TestStallTakeoverAfterAPaymentNeverCancels(t *testing.T) {
 			w.drain()
 		})
 	}
+}
+
+// createOne stores one withdrawal of ann's, due at once, and returns its id.
+func (w *sworld) createOne() string {
+	w.keys = append(w.keys, creation{key: "k-0", user: "ann",
+		body: `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":0}`})
+	w.finish(w.spawn("create", func(ctx context.Context) error {
+		_, err := w.svc.Create(ctx, "ann", "k-0", []byte(w.keys[0].body))
+		return err
+	}))
+	return w.only()
+}
+
+// deliverDue polls and starts container c on the last message due.
+func (w *sworld) deliverDue(c *container) *stall.Actor {
+	w.poll()
+	vis := w.visible()
+	if len(vis) == 0 {
+		w.fatalf("no message due")
+	}
+	return w.deliverTo(c, vis[len(vis)-1])
+}
+
+// stepTo steps a until it is parked at a point whose label starts with
+// prefix.
+func (w *sworld) stepTo(a *stall.Actor, prefix string) {
+	for i := 0; !strings.HasPrefix(a.At(), prefix); i++ {
+		if i == 20 || a.Done() {
+			w.fatalf("%s never reached %q: %s", a.Name(), prefix, a)
+		}
+		w.s.Step(a)
+	}
+}
+
+// A payout request sent again blind just before the provider's
+// idempotency window ends (its first answer was lost, the lookup is down)
+// travels for a minute, within the signature tolerance, and reaches a
+// provider that has forgotten the key since: it pays a second time. The
+// payout step may send again under the same key only if the request
+// reaches the provider within the window: by the attempt's deadline plus
+// the time a request may travel (NeverReceivedAfter), not by the send.
+func TestStallNoBlindResendThatLandsPastTheWindow(t *testing.T) {
+	w := stallWorld(t, "redis")
+	id := w.createOne()
+	w.clk.Advance(10 * time.Second)
+	// c1's request pays; its answer is lost: "may have paid".
+	c1 := w.deliverDue(w.cons[0])
+	w.stepTo(c1, "http POST")
+	w.s.LoseReply(c1)
+	w.finish(c1)
+	w.verify()
+	rec, _ := w.led.Find(context.Background(), id)
+	if !rec.MaybePaid {
+		w.fatalf("a lost answer left no \"may have paid\"")
+	}
+	// The lookup is down; 10 s before the window ends c2 asks again, and
+	// its request is held on the way for a minute.
+	w.prov.mu.Lock()
+	w.prov.lookDown = true
+	w.prov.mu.Unlock()
+	w.clk.Set(rec.FirstSentAt.Add(stallWindow - 10*time.Second))
+	c2 := w.deliverDue(w.cons[1])
+	for i := 0; !c2.Done() && !strings.HasPrefix(c2.At(), "http POST"); i++ {
+		if i == 20 {
+			w.fatalf("c2 does not end: %s", c2)
+		}
+		w.s.Step(c2)
+	}
+	if c2.Done() {
+		w.logf("c2 sent nothing: %v", c2.Err())
+	} else {
+		l := w.s.GiveUp(c2)
+		w.finish(c2)
+		w.clk.Advance(time.Minute)
+		w.s.DeliverLate(l.ID)
+		w.logf("c2's request arrives at %s", w.clk.Now().Sub(t0))
+	}
+	w.verify()
+	w.drain()
+}
+
+// An operator reads the unresolved list (the withdrawal may have been
+// paid: a request whose answer never came, more than 6 minutes ago), sees
+// nothing at the provider and decides "failed", then stalls. Meanwhile the
+// payout step's lookup proves the provider never got the request, sends
+// it again, and the provider pays; the answer is lost, so the record is
+// "may have paid" again, and the operator's stale "failed" would be taken
+// (Unresolvable judges the record as it stands: "may have paid", no
+// attempt running): the ledger failed, finance told failed, the money
+// gone. The checker found it (a careless operator's variant: a withdrawal
+// never sent when read) after 6,221 runs. A resolution that names the
+// revision judged (Resolution.IfRevision) is refused and changes nothing.
+func TestStallStaleResolutionNeverFailsAPayout(t *testing.T) {
+	staleResolution(t, true)
+}
+
+// The same resolution as hourglass payouts resolve sends it today: with no
+// revision, it is taken.
+func TestStallStaleResolutionWithoutRevision(t *testing.T) {
+	t.Skip("defect (issue 21, open): hourglass payouts resolve sends no revision (Resolution.IfRevision), so a stale " +
+		"operator resolution settles as failed a withdrawal sent again and paid since the operator's read")
+	staleResolution(t, false)
+}
+
+func staleResolution(t *testing.T, judged bool) {
+	w := stallWorld(t, "redis")
+	id := w.createOne()
+	w.clk.Advance(10 * time.Second)
+	// c1's request is held and never arrives: "may have paid".
+	c1 := w.deliverDue(w.cons[0])
+	w.stepTo(c1, "http POST")
+	w.s.GiveUp(c1)
+	w.finish(c1)
+	w.verify()
+	// Past the time a 404 proves anything, the operator decides.
+	w.clk.Advance(7 * time.Minute)
+	var decided *withdrawal.Resolution
+	op := w.spawn("resolve", func(ctx context.Context) error {
+		return w.operate(ctx, id, false, judged, func(r withdrawal.Resolution) { decided = &r })
+	})
+	for i := 0; decided == nil; i++ {
+		if i == 20 || op.Done() {
+			w.fatalf("the operator decided nothing: %s %v", op, op.Err())
+		}
+		w.s.Step(op)
+	}
+	w.logf("the operator decided %s and stalls at %s", decided.Status, op.At())
+	// c2: the lookup's 404 is proof now; it sends again, the provider
+	// pays, the answer is lost.
+	c2 := w.deliverDue(w.cons[1])
+	w.stepTo(c2, "http POST")
+	w.s.LoseReply(c2)
+	w.finish(c2)
+	w.verify()
+	if err := w.s.Finish(op); judged && !errors.Is(err, withdrawal.ErrPreconditionFailed) {
+		w.fatalf("a resolution judged on an older revision: %v, want a refusal", err)
+	}
+	w.reap()
+	w.verify()
+	w.drain()
 }

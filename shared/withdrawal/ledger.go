@@ -249,6 +249,12 @@ type Resolution struct {
 	// have paid but that retries past it (the provider keeps refusing our
 	// credentials) may be resolved as failed; 0 never allows that.
 	MaxAttempts int
+	// IfRevision, if set, is the revision of the record the operator
+	// judged: the resolution is refused (ErrPreconditionFailed, nothing
+	// written) if the record moved since, say the payout step sent the
+	// request again and it may have paid. nil resolves the record as it
+	// stands.
+	IfRevision *int64
 }
 
 // Callback is a provider's report of a payout's outcome.

@@ -325,6 +325,10 @@ func decideResolution(d *Decision, w Withdrawal, r Resolution) {
 		return
 	case w.Status == r.Status:
 		return // resolved so already
+	case r.IfRevision != nil && *r.IfRevision != w.Revision:
+		d.refuse(fmt.Errorf("withdrawal: %s is at revision %d, not %d as judged: %w", w.ID, w.Revision, *r.IfRevision,
+			ErrPreconditionFailed))
+		return
 	}
 	if why := Unresolvable(w, r); why != "" {
 		d.refuse(fmt.Errorf("withdrawal: %s is not an operator's to resolve as %s: %s: %w", w.ID, r.Status, why, ErrNotResolvable))

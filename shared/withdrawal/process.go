@@ -96,8 +96,10 @@ type ProcessorConfig struct {
 	// timeout); past it another consumer may take the withdrawal over.
 	AttemptTimeout time.Duration
 	// IdempotencyWindow is how long the provider remembers an idempotency
-	// key: a request first sent longer ago is never sent again blind; the
-	// lookup settles it, or an operator (default DefaultIdempotencyWindow).
+	// key: a request first sent longer ago is never sent again blind, nor
+	// one that could reach the provider past it (a request may arrive
+	// until NeverReceivedAfter past its attempt's deadline); the lookup
+	// settles it, or an operator (default DefaultIdempotencyWindow).
 	IdempotencyWindow time.Duration
 	// NeverReceivedAfter is how long after an attempt's deadline a request
 	// it sent may still reach the provider and show in its lookup; a
@@ -244,15 +246,17 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		case notFound && now.After(provenAt):
 			log.Info("the provider never received the payout request; sending it")
 			w, err = p.advance(ctx, w, Send{Attempt: attempt, Now: now, NeverReceived: true})
-		case !w.FirstSentAt.IsZero() && now.Sub(w.FirstSentAt) > p.cfg.IdempotencyWindow:
-			// The provider may have forgotten the key: a request sent again
-			// now could pay a second time.
+		case !w.FirstSentAt.IsZero() && p.landsBy(w).Sub(w.FirstSentAt) > p.cfg.IdempotencyWindow:
+			// The provider may have forgotten the key by the time a
+			// request sent again now reaches it: it could pay a second
+			// time.
 			if notFound {
 				lerr = fmt.Errorf("the lookup has not seen the request, which proves nothing before %s", clock.Format(provenAt))
 			}
 			p.cfg.Metrics.Count(metrics.PayoutsUnresolved, 1, nil)
-			cause := fmt.Errorf("payout: outcome unknown and first sent %s ago, past the provider's idempotency window (%s): "+
-				"not sent again; settled by the lookup or by an operator (hourglass payouts resolve): %w",
+			cause := fmt.Errorf("payout: outcome unknown and first sent %s ago: a request sent again could reach the provider "+
+				"past its idempotency window (%s): not sent again; settled by the lookup or by an operator "+
+				"(hourglass payouts resolve): %w",
 				now.Sub(w.FirstSentAt).Round(time.Second), p.cfg.IdempotencyWindow, lerr)
 			log.Error("payout outcome unknown past the idempotency window; waiting for a lookup or an operator",
 				"first_sent_at", clock.Format(w.FirstSentAt), "error", lerr.Error())
@@ -301,6 +305,15 @@ func (p *Processor) attempt(ctx context.Context, w Withdrawal, attempt string, l
 		return p.advance(ctx, w, Finish{Attempt: attempt, Result: Result{Status: Failed, LastError: payErr.Error(), At: now}})
 	}
 	return p.retry(ctx, w, attempt, now, payErr, false, log)
+}
+
+// landsBy is the latest a payout request that the attempt on w sends may
+// reach the provider: the attempt's deadline bounds the call, and a
+// request still on its way may arrive until NeverReceivedAfter past it.
+// A request sent again blind must reach the provider within its
+// idempotency window, counted from the first send, or it may pay twice.
+func (p *Processor) landsBy(w Withdrawal) time.Time {
+	return w.ProcessingUntil.Add(p.cfg.NeverReceivedAfter)
 }
 
 // paid records the provider's word that w was paid (a 2xx, or its lookup).

@@ -1,6 +1,7 @@
 package withdrawal_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,23 @@ func TestUnresolvable(t *testing.T) {
 		if (c.why == "") != (got == "") || !strings.Contains(got, c.why) {
 			t.Errorf("%s: Unresolvable %q, want %q", c.name, got, c.why)
 		}
+	}
+}
+
+// A resolution judged on an older revision of the record (the operator
+// stalled while the payout step sent the request again) is refused and
+// writes nothing; on the revision judged it applies.
+func TestResolutionOnTheRevisionJudged(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	w := withdrawal.Withdrawal{ID: "wd_1", Status: withdrawal.Retrying, MaybePaid: true, Attempts: 2, Revision: 5}
+	judged := int64(4)
+	r := withdrawal.Resolution{Status: withdrawal.Failed, Reason: "not at the provider", By: "ops", At: t0, IfRevision: &judged}
+	d := withdrawal.Decide(w, r)
+	if !errors.Is(d.Err, withdrawal.ErrPreconditionFailed) || d.Write || len(d.Queue) > 0 || d.Tell {
+		t.Fatalf("a resolution judged on revision 4 of a record at 5: %+v", d)
+	}
+	judged = 5
+	if d := withdrawal.Decide(w, r); d.Err != nil || !d.Write || d.Next.Status != withdrawal.Failed {
+		t.Fatalf("a resolution judged on the record's revision: %+v", d)
 	}
 }

@@ -32,7 +32,7 @@ import (
 )
 
 // A model-based test of the flash sale: rapid draws sequences of actions
-// (preheats of 1 to 3 shards, again with another shard count, with or
+// (preheats of 1 to 4 shards, again with another shard count, with or
 // without a payment window, purchases, payments that succeed, fail, carry a
 // wrong amount or are replayed, the poller handing jobs over (order, expiry
 // and event jobs) from the queues the app polls, deliveries and duplicates,
@@ -48,6 +48,19 @@ import (
 // and checks that each ended confirmed xor released, that every order event
 // was published, and that no job is left in a queue nobody polls.
 //
+// Several containers run the flash-sale API (modelContainers), each a
+// Service, Store and OrderProcessor of its own over the one Redis, sharing
+// the model's clock: each preheat, purchase and payment draws the container
+// that runs it. Each Service keeps its own caches: the item's settings
+// (settingsTTL), its sold-out and ended memory (modelMemory, production's
+// HOURGLASS_SOLDOUT_MEMORY) and the buyers it admitted; the clock takes
+// steps shorter than those TTLs, so one container acts on a copy that lags
+// behind what another just changed (a purchase under the settings of the
+// sale before a re-preheat, a refusal remembered across a restock). A
+// lagging cache may refuse, never admit wrongly: a purchase's refusal (not
+// one that stalled across steps) is judged against what Redis held within
+// the cache's TTL before it (see judgeRefusal).
+//
 // The test runs each action in a goroutine of its own and waits until it is
 // done or parked: a hung ledger call or a script waiting for its retry parks
 // until a later "release" step lets it go. Only one goroutine runs at a time,
@@ -56,24 +69,39 @@ import (
 const (
 	modelItem      = "phone"
 	modelUsers     = 4
-	modelMaxShards = 3
-	modelLease     = time.Minute
+	modelMaxShards = 4
+	// modelContainers run the flash-sale API, each with its own caches.
+	modelContainers = 3
+	// modelMemory is how long a container remembers an item sold out or
+	// ended (HOURGLASS_SOLDOUT_MEMORY's default); modelSettingsTTL how long
+	// it trusts its copy of an item's settings (settingsTTL).
+	modelMemory      = time.Second
+	modelSettingsTTL = time.Second
+	modelLease       = time.Minute
 	// modelMaxParked bounds the calls parked at once.
 	modelMaxParked = 4
 )
 
 // modelAdvances are the steps the clock may take: within a lease, past a
-// lease, past the hold grace, past the compensation timeout.
-var modelAdvances = []time.Duration{time.Second, 30 * time.Second, 61 * time.Second, 2 * time.Minute, 6 * time.Minute}
+// lease, past the hold grace, past the compensation timeout, and within a
+// container's caches (settings, sold-out memory), so that a container acts
+// on a copy another container's change made stale. (An index names the
+// same step in the recorded regressions: new ones go at the end.)
+var modelAdvances = []time.Duration{time.Second, 30 * time.Second, 61 * time.Second, 2 * time.Minute, 6 * time.Minute,
+	250 * time.Millisecond, 999 * time.Millisecond}
 
-// act is one step: its kind and parameters, so that a sequence rapid found
+// act is one step: its kind and parameters, and the container that runs
+// it (a preheat, purchase or payment), so that a sequence rapid found
 // replays as a plain test (see modelRegressions).
 type act struct {
 	Kind    string
 	A, B, C int
+	On      int
 }
 
-func (a act) String() string { return fmt.Sprintf("{%q, %d, %d, %d}", a.Kind, a.A, a.B, a.C) }
+func (a act) String() string {
+	return fmt.Sprintf("{%q, %d, %d, %d, %d}", a.Kind, a.A, a.B, a.C, a.On)
+}
 
 // Order-ledger faults, for the next ledger call, whoever makes it.
 const (
@@ -403,13 +431,23 @@ type task struct {
 	finish func(error)
 }
 
+// container is one instance of the flash-sale API, with its own caches.
+type container struct {
+	svc   *seckill.Service
+	store *seckill.Store
+	proc  *seckill.OrderProcessor
+}
+
 type machine struct {
-	env     *modelEnv
-	t       rapid.TB
-	ctx     context.Context
-	clk     *clock.Fake
+	env *modelEnv
+	t   rapid.TB
+	ctx context.Context
+	clk *clock.Fake
+	// cs are the containers; the consumer, the poller and the compensation
+	// pass (which cache nothing) run on the first one's Store and
+	// OrderProcessor.
+	cs      []*container
 	store   *seckill.Store
-	svc     *seckill.Service
 	proc    *seckill.OrderProcessor
 	consume consumer.JobFunc
 	comp    *seckill.Compensation
@@ -420,8 +458,10 @@ type machine struct {
 	parked  []*gate
 	sale    *sale
 	// expect is the sale of a preheat that answered done, until the model
-	// sees it in Redis.
+	// sees it in Redis; its n is the sale current when the preheat began.
 	expect *sale
+	// sales are every sale the model adopted, in order.
+	sales []sale
 	// published are the order events out, "<type>|<order>|<payment event>".
 	published map[string]bool
 	// sqsDLQ are messages SQS gave up on (the AWS wiring's dead letters),
@@ -435,6 +475,19 @@ type machine struct {
 	// first answer; lastPay the latest id.
 	payments map[string]*sentPayment
 	lastPay  string
+	// seen is what Redis showed last, by when (see judgeRefusal).
+	seen seen
+	// last is what the last check read.
+	last truth
+}
+
+// seen is the last instant at which Redis showed each state a cache may
+// remember: the item unknown, the sale sold out, the sale ended, and each
+// user a buyer of the current sale. A refusal from a cache is right if
+// its state held at some instant within the cache's TTL.
+type seen struct {
+	unknown, soldOut, ended time.Time
+	buyer                   map[string]time.Time
 }
 
 type sentPayment struct {
@@ -452,21 +505,28 @@ func newMachine(t rapid.TB, env *modelEnv) *machine {
 	m := &machine{env: env, t: t, ctx: ctx, clk: clock.NewFake(t0), parker: &parker{ch: make(chan *gate)},
 		known: map[string]*mPurchase{}, payments: map[string]*sentPayment{}, published: map[string]bool{}}
 	env.faults.reset(m.parker.park)
-	m.store = seckill.NewStore(env.b.rdb, "hg:")
-	svc, err := seckill.NewService(seckill.Config{Store: m.store, Clock: m.clk, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.svc = svc
+	// Before the first preheat the item is unknown.
+	m.seen = seen{unknown: m.clk.Now(), buyer: map[string]time.Time{}}
 	m.orders = &faultLedger{inner: env.b.ledger(), park: m.parker.park}
-	m.proc = seckill.NewOrderProcessor(m.store, m.orders, m.clk, quiet)
 	var mu sync.Mutex
-	m.proc.Publisher = orders.PublisherFunc(func(_ context.Context, e orders.Event) error {
+	publish := orders.PublisherFunc(func(_ context.Context, e orders.Event) error {
 		mu.Lock()
 		m.published[e.Type+"|"+e.OrderID+"|"+e.PaymentEventID] = true
 		mu.Unlock()
 		return nil
 	})
+	for range modelContainers {
+		store := seckill.NewStore(env.b.rdb, "hg:")
+		svc, err := seckill.NewService(seckill.Config{Store: store, Clock: m.clk, Logger: quiet, Memory: modelMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proc := seckill.NewOrderProcessor(store, m.orders, m.clk, quiet)
+		proc.Publisher = publish
+		m.cs = append(m.cs, &container{svc: svc, store: store, proc: proc})
+	}
+	m.store, m.proc = m.cs[0].store, m.cs[0].proc
+	var err error
 	m.consume = consumer.Orders(m.proc)
 	m.comp = &seckill.Compensation{Store: m.store, Orders: m.orders, Clock: m.clk, Log: quiet}
 	if m.queue, err = m.store.Queue(modelItem, modelMaxShards); err != nil {
@@ -477,7 +537,11 @@ func newMachine(t rapid.TB, env *modelEnv) *machine {
 }
 
 // stop lets every parked call go, with no fault armed, and waits for them.
-func (m *machine) stop() {
+func (m *machine) stop() { m.unpark(false) }
+
+// unpark lets every parked call go, with no fault armed, one at a time;
+// with check, it checks the invariants after each, as after a step.
+func (m *machine) unpark(check bool) {
 	m.orders.disarm()
 	m.env.faults.reset(m.parker.park)
 	for len(m.parked) > 0 {
@@ -485,6 +549,9 @@ func (m *machine) stop() {
 		m.parked = m.parked[1:]
 		close(g.release)
 		m.await(g.task)
+		if check {
+			m.check()
+		}
 	}
 }
 
@@ -560,13 +627,13 @@ func (m *machine) apply(a act) {
 func (m *machine) do(a act) {
 	switch a.Kind {
 	case "preheat":
-		m.preheat(a.A, a.B, a.C, false)
+		m.preheat(m.on(a), a.A, a.B, a.C, false)
 	case "preheatPaid":
-		m.preheat(a.A, a.B, a.C, true)
+		m.preheat(m.on(a), a.A, a.B, a.C, true)
 	case "pay":
-		m.pay(a.A, a.B)
+		m.pay(m.on(a), a.A, a.B)
 	case "buy":
-		m.buy(a.A, a.B)
+		m.buy(m.on(a), a.A, a.B)
 	case "poll":
 		m.poll(a.A == 1)
 	case "deliver":
@@ -606,6 +673,9 @@ func (m *machine) do(a act) {
 	}
 }
 
+// on is the container that runs a.
+func (m *machine) on(a act) *container { return m.cs[a.On%len(m.cs)] }
+
 // reserved is the units of the current sale still waiting for their order
 // or their payment, as the model last saw them.
 func (m *machine) reserved() int {
@@ -618,8 +688,12 @@ func (m *machine) reserved() int {
 	return n
 }
 
-func (m *machine) preheat(stock, shards, limit int, window bool) {
+func (m *machine) preheat(c *container, stock, shards, limit int, window bool) {
 	shards = min(shards, stock)
+	from := -1
+	if m.sale != nil {
+		from = m.sale.n
+	}
 	extra := ""
 	if window {
 		extra = fmt.Sprintf(`,"price":%q,"currency":"CNY","payment_window_seconds":%d`, modelPrice, int(modelWindow/time.Second))
@@ -627,28 +701,30 @@ func (m *machine) preheat(stock, shards, limit int, window bool) {
 	body := fmt.Sprintf(`{"stock":%d,"shards":%d,"per_user_limit":%d,"ends_at":%q%s}`,
 		stock, shards, limit, clock.Format(m.clk.Now().Add(24*time.Hour)), extra)
 	m.run("preheat", func() error {
-		_, err := m.svc.Preheat(m.ctx, modelItem, []byte(body))
+		_, err := c.svc.Preheat(m.ctx, modelItem, []byte(body))
 		return err
 	}, func(err error) {
 		// Judged when it answers (it may have stalled across steps).
-		reserved := m.reserved()
+		// (Done is judged first: expected(nil) holds too, and a preheat
+		// that answered done went unadopted until the next check, so that
+		// a purchase answered meanwhile counted in the sale before. That
+		// no purchase of the sale before was still reserved, adopt checks
+		// as it sees the sale change: the model may have adopted this
+		// preheat's sale before it answered, and purchases since.)
 		switch {
+		case err == nil:
+			m.expect = &sale{n: from, stock: stock, shards: shards, limit: limit, window: window}
+			m.adopt()
 		case errors.Is(err, seckill.ErrOrdersPending):
-			if reserved == 0 {
+			if m.reserved() == 0 {
 				m.violate("preheat refused", "no purchase waits for its order, yet: %v", err)
 			}
 		case errors.Is(err, seckill.ErrPreheatInProgress), errors.Is(err, seckill.ErrPreheatAbandoned), expected(err):
 			// Refused while another is under way, or finished by recovery
 			// (the model learns the outcome from Redis), or cut short by a
 			// fault (its intent's deadline lets recovery finish it).
-		case err != nil:
-			m.violate("unexpected error", "preheat: %v", err)
 		default:
-			if reserved > 0 {
-				m.violate("preheat dropped purchases", "%d units still reserved", reserved)
-			}
-			m.expect = &sale{stock: stock, shards: shards, limit: limit, window: window}
-			m.adopt()
+			m.violate("unexpected error", "preheat: %v", err)
 		}
 	})
 }
@@ -656,16 +732,20 @@ func (m *machine) preheat(stock, shards, limit int, window bool) {
 // adopt makes the sale Redis holds the model's, if it is a new one: that of
 // a preheat that answered done, or one a recovery rolled forward. Every
 // purchase of the sale before must have settled: a preheat never drops one.
-func (m *machine) adopt() {
+// It returns shard 0's meta, as it read it.
+func (m *machine) adopt() map[string]string {
 	meta, err := m.env.b.rdb.HGetAll(m.ctx, delayq.KeysOf("hg:", seckill.QueueName(modelItem), 0).Key("meta")).Result()
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	if meta["version"] == "" || (m.sale != nil && meta["version"] == m.sale.version) {
-		if m.expect != nil {
-			m.violate("preheat not applied", "a preheat answered done, Redis holds %v", meta)
+		// A preheat that stalled after its commit answers done once it
+		// finished: the model adopted its sale already, rolling forward.
+		if e := m.expect; e != nil && (meta["version"] == "" || !m.appliedSince(*e)) {
+			m.violate("preheat not applied", "a preheat of %+v answered done, Redis holds %v", *e, meta)
 		}
-		return
+		m.expect = nil
+		return meta
 	}
 	if reserved := m.reserved(); reserved > 0 {
 		m.violate("preheat dropped purchases", "%d units still reserved when the sale changed to version %s", reserved, meta["version"])
@@ -690,23 +770,38 @@ func (m *machine) adopt() {
 			if err != nil {
 				m.t.Fatal(err)
 			}
-			if mn["version"] != got.version || mn["frozen"] != "" {
-				m.violate("preheat half applied", "shard %d of a sale of %d shards (version %s, preheat closed): %v",
-					n, shards, got.version, mn)
+			// Its preheat closed, every shard holds it, frozen only by a
+			// later preheat under way (its intent open).
+			if mn["version"] != got.version || (mn["frozen"] != "" && (in["phase"] == "" || mn["frozen"] != in["version"])) {
+				m.violate("preheat half applied", "shard %d of a sale of %d shards (version %s, preheat closed): %v; intent %v",
+					n, shards, got.version, mn, in)
 			}
 			v, _ := strconv.Atoi(mn["stock"])
 			got.stock += v
 		}
 	}
-	if m.expect != nil && (got.stock != m.expect.stock || got.shards != m.expect.shards || got.limit != m.expect.limit ||
-		got.window != m.expect.window) {
-		m.violate("preheat not applied", "a preheat of %+v answered done, Redis holds %+v", *m.expect, *got)
-	}
-	m.expect = nil
 	if m.sale != nil {
 		got.n = m.sale.n + 1
 	}
 	m.sale = got
+	m.sales = append(m.sales, *got)
+	if m.expect != nil && !m.appliedSince(*m.expect) {
+		m.violate("preheat not applied", "a preheat of %+v answered done, Redis holds %+v", *m.expect, *got)
+	}
+	m.expect = nil
+	return meta
+}
+
+// appliedSince reports whether the model saw sale e in Redis after sale
+// e.n (the one current when its preheat began): a preheat that stalled
+// before it answered done may have been followed by another.
+func (m *machine) appliedSince(e sale) bool {
+	for _, s := range m.sales {
+		if s.n > e.n && s.stock == e.stock && s.shards == e.shards && s.limit == e.limit && s.window == e.window {
+			return true
+		}
+	}
+	return false
 }
 
 func userName(i int) string { return "u" + strconv.Itoa(i) }
@@ -722,7 +817,7 @@ const (
 
 // pay sends the payment provider's confirmation of the i-th purchase of the
 // current sale (in id order): a new event of kind, or the latest again.
-func (m *machine) pay(i, kind int) {
+func (m *machine) pay(c *container, i, kind int) {
 	var id string
 	var body []byte
 	if kind == payReplay {
@@ -758,7 +853,7 @@ func (m *machine) pay(i, kind int) {
 	var ans seckill.PaymentAnswer
 	m.run("payment "+id, func() error {
 		var err error
-		ans, err = m.proc.Pay(m.ctx, body)
+		ans, err = c.proc.Pay(m.ctx, body)
 		return err
 	}, func(err error) {
 		switch {
@@ -796,7 +891,7 @@ func (m *machine) pay(i, kind int) {
 	})
 }
 
-func (m *machine) buy(user, qty int) {
+func (m *machine) buy(c *container, user, qty int) {
 	if m.sale == nil {
 		return
 	}
@@ -805,10 +900,12 @@ func (m *machine) buy(user, qty int) {
 	if qty != 1 {
 		body = fmt.Appendf(nil, `{"quantity":%d}`, qty)
 	}
+	// What Redis held when the purchase began: the last step's reading.
+	step, bought, limit := len(m.log), entryTotal(m.last.entries[name]), m.sale.limit
 	var p seckill.Purchase
 	m.run("purchase", func() error {
 		var err error
-		p, err = m.svc.Purchase(m.ctx, modelItem, name, body)
+		p, err = c.svc.Purchase(m.ctx, modelItem, name, body)
 		return err
 	}, func(err error) {
 		if err != nil {
@@ -820,6 +917,9 @@ func (m *machine) buy(user, qty int) {
 			default:
 				m.violate("unexpected error", "purchase: %v", err)
 			}
+			if len(m.log) == step { // answered in its own step: it saw no other step's change
+				m.judgeRefusal(name, qty, bought, limit, err)
+			}
 			return
 		}
 		// Of the sale current now: a purchase whose script retry waited
@@ -828,6 +928,88 @@ func (m *machine) buy(user, qty int) {
 			m.known[p.ID] = &mPurchase{pid: p.ID, user: name, qty: p.Quantity, sale: m.sale.n, status: seckill.Reserved}
 		}
 	})
+}
+
+// entryTotal is the units a buyer's entry counts against the limit.
+func entryTotal(entry string) int {
+	total, _, _ := strings.Cut(entry, "|")
+	n, _ := strconv.Atoi(total)
+	return n
+}
+
+// judgeRefusal checks that a purchase refusal is true of Redis, or was
+// within the TTL of the cache it may come from (SPEC.md, invariant 7:
+// caches lag, by up to their TTL): sold out or ended (the container's
+// memory, modelMemory), unknown (its copy of the settings,
+// modelSettingsTTL), limit reached (the buyer's units before the purchase
+// and qty over the limit, or, remembered sold out, a buyer of the sale
+// within modelMemory: a retry after success answers already_purchased).
+// bought and limit are the buyer's units and the limit before the purchase.
+func (m *machine) judgeRefusal(user string, qty, bought, limit int, err error) {
+	m.t.Helper()
+	now := m.clk.Now()
+	within := func(at time.Time, ttl time.Duration) bool {
+		return !at.IsZero() && !now.Before(at) && now.Sub(at) < ttl
+	}
+	last := func(at time.Time) string {
+		if at.IsZero() {
+			return "never"
+		}
+		return now.Sub(at).String() + " before"
+	}
+	switch {
+	case errors.Is(err, seckill.ErrNotEnoughLeft):
+	case errors.Is(err, seckill.ErrSoldOut):
+		if !within(m.seen.soldOut, modelMemory) {
+			m.violate("wrong refusal", "%s refused as sold out; Redis last showed the sale sold out %s", user, last(m.seen.soldOut))
+		}
+	case errors.Is(err, seckill.ErrEnded):
+		if !within(m.seen.ended, modelMemory) {
+			m.violate("wrong refusal", "%s refused as ended; Redis last showed the sale ended %s", user, last(m.seen.ended))
+		}
+	case errors.Is(err, seckill.ErrNotFound):
+		if !within(m.seen.unknown, modelSettingsTTL) {
+			m.violate("wrong refusal", "%s refused as unknown; Redis last showed the item unknown %s", user, last(m.seen.unknown))
+		}
+	case errors.Is(err, seckill.ErrAlreadyPurchased):
+		if bought+qty <= limit && !within(m.seen.buyer[user], modelMemory) {
+			m.violate("wrong refusal", "%s refused as already purchased with %d of %d units bought and %d asked for; "+
+				"Redis last showed them a buyer of the sale %s", user, bought, limit, qty, last(m.seen.buyer[user]))
+		}
+	}
+}
+
+// observe notes what Redis shows now that a cache may remember (see seen);
+// meta0 is shard 0's meta, where the settings are read.
+func (m *machine) observe(tr truth, meta0 map[string]string) {
+	now := m.clk.Now()
+	if meta0["version"] == "" {
+		m.seen.unknown = now
+		return
+	}
+	if ends, err := strconv.ParseInt(meta0["ends"], 10, 64); err == nil && now.UnixMilli() >= ends {
+		m.seen.ended = now
+	}
+	if m.sale == nil {
+		return
+	}
+	for _, p := range m.known {
+		if p.sale == m.sale.n {
+			m.seen.buyer[p.user] = now
+		}
+	}
+	// Sold out: every shard of the sale reset for it, none frozen or
+	// retired, none with stock left.
+	if len(tr.metas) != m.sale.shards {
+		return
+	}
+	for _, meta := range tr.metas {
+		if meta["version"] != m.sale.version || meta["frozen"] != "" || meta["retired"] != "" ||
+			(meta["left:"+meta["version"]] != "" && meta["left:"+meta["version"]] != "0") {
+			return
+		}
+	}
+	m.seen.soldOut = now
 }
 
 // poll is the poller's round over every shard of every queue the app
@@ -962,7 +1144,7 @@ func (m *machine) queued() map[string]int64 {
 // waits in a queue the app polls. Then every order event must have gone
 // out, and no job be left where nobody polls.
 func (m *machine) settle() {
-	m.stop()
+	m.unpark(true)
 	for round := 0; ; round++ {
 		m.check()
 		tr := m.read()
@@ -1220,7 +1402,7 @@ func (m *machine) read() truth {
 // what it read.
 func (m *machine) check() truth {
 	m.t.Helper()
-	m.adopt()
+	meta0 := m.adopt()
 	tr := m.read()
 	// What Redis holds, against what the model knows.
 	for pid, p := range tr.purchases {
@@ -1371,6 +1553,8 @@ func (m *machine) check() truth {
 			m.violate("purchase against its order", "purchase %s is %s, its order ended %q", pid, p.status, o.End)
 		}
 	}
+	m.observe(tr, meta0)
+	m.last = tr
 	return tr
 }
 
@@ -1419,6 +1603,12 @@ func (m *machine) abstract(tr truth) uint64 {
 	}
 	slices.Sort(parked)
 	fmt.Fprintf(&sb, ";parked %v;armed %v %d;holds %d", parked, m.orders.pending(), m.env.faults.pending(), tr.holds)
+	// Which states a container's cache may still hold though Redis moved on.
+	lags := func(at time.Time, ttl time.Duration) bool {
+		return !at.IsZero() && now.Sub(at) > 0 && now.Sub(at) < ttl
+	}
+	fmt.Fprintf(&sb, ";lag %t %t %t", lags(m.seen.soldOut, modelMemory), lags(m.seen.ended, modelMemory),
+		lags(m.seen.unknown, modelSettingsTTL))
 	// The preheat protocol's and the registry's state: an intent open (its
 	// phase), shards frozen or retired, shards polled.
 	phase, _ := m.env.b.rdb.HGet(m.ctx, "hg:{sk:"+modelItem+"}:preheat", "phase").Result()
@@ -1457,13 +1647,18 @@ func drawAct(t *rapid.T, kind string) act {
 	case "pay":
 		a.A = rapid.IntRange(0, 7).Draw(t, "purchase")
 		a.B = rapid.IntRange(0, payKinds-1).Draw(t, "kind")
+		a.On = rapid.IntRange(0, modelContainers-1).Draw(t, "container")
 	case "preheat", "preheatPaid":
-		a.A = rapid.IntRange(1, 3).Draw(t, "stock")
+		// A stock of at least the shard count: a preheat caps its shards
+		// at its stock.
+		a.A = rapid.IntRange(1, modelMaxShards).Draw(t, "stock")
 		a.B = rapid.IntRange(1, modelMaxShards).Draw(t, "shards")
 		a.C = rapid.IntRange(1, 2).Draw(t, "limit")
+		a.On = rapid.IntRange(0, modelContainers-1).Draw(t, "container")
 	case "buy":
 		a.A = rapid.IntRange(0, modelUsers-1).Draw(t, "user")
 		a.B = rapid.IntRange(1, 2).Draw(t, "quantity")
+		a.On = rapid.IntRange(0, modelContainers-1).Draw(t, "container")
 	case "poll":
 		a.A = rapid.IntRange(0, 1).Draw(t, "ack")
 	case "deliver":
@@ -1491,11 +1686,7 @@ func (env *modelEnv) runModel(t *rapid.T) {
 	env.runs++
 	m := newMachine(t, env)
 	defer m.stop()
-	first := act{Kind: rapid.SampledFrom([]string{"preheat", "preheatPaid"}).Draw(t, "first")}
-	first.A = rapid.IntRange(1, 3).Draw(t, "stock")
-	first.B = rapid.IntRange(1, modelMaxShards).Draw(t, "shards")
-	first.C = rapid.IntRange(1, 2).Draw(t, "limit")
-	m.apply(first)
+	m.apply(drawAct(t, rapid.SampledFrom([]string{"preheat", "preheatPaid"}).Draw(t, "first")))
 	actions := map[string]func(*rapid.T){}
 	for _, kind := range modelKinds {
 		actions[kind] = func(t *rapid.T) {
@@ -1590,67 +1781,178 @@ func TestFlashSaleModel(t *testing.T) {
 	for _, env := range newModelEnvs(t) {
 		t.Run(env.b.name, func(t *testing.T) {
 			defer env.summary(t)
-			runs := modelRuns(t, map[string]int{"redis": 200, "dynamodb": 50}[env.b.name])
+			// Three containers' steps cost more: fewer runs keep make
+			// test's cost where it was (200 and 50 with one container).
+			runs := modelRuns(t, map[string]int{"redis": 150, "dynamodb": 38}[env.b.name])
 			withRapidFlags(t, runs, 40, func() { rapid.Check(t, env.runModel) })
 		})
 	}
 }
 
-// modelRegressions are sequences the model found on the code before issue
-// 13's fix (shrunk by rapid, then by hand), kept so that they stay fixed.
+// modelRegressions are sequences the model found (shrunk by rapid, then by
+// hand), on the code or in the model itself, kept so that they stay fixed.
+// A step is {kind, A, B, C, container}.
 var modelRegressions = map[string][]act{
 	// Issue 15: an order awaiting payment whose expiry job was dead-lettered
 	// (here after the AWS poller acked it) never expired: the compensation
 	// pass now queues it again.
-	"expiry job dead-lettered": {{"preheatPaid", 1, 1, 1}, {"preheatPaid", 2, 2, 2}, {"buy", 0, 1, 0}, {"buy", 0, 1, 0},
-		{"poll", 0, 0, 0}, {"dlq", 5, 0, 0}, {"deliver", 0, 0, 0}, {"poll", 0, 0, 0}, {"compensate", 0, 0, 0}, {"pay", 5, 0, 0},
-		{"advance", 2, 0, 0}, {"ledgerFault", 0, 0, 0}, {"compensate", 0, 0, 0}, {"advance", 3, 0, 0}, {"advance", 4, 0, 0},
-		{"ledgerFault", 2, 0, 0}, {"compensate", 0, 0, 0}, {"preheat", 1, 3, 1}, {"preheat", 3, 1, 2}, {"poll", 1, 0, 0},
-		{"pay", 6, 3, 0}, {"pay", 0, 3, 0}, {"advance", 0, 0, 0}, {"dlq", 0, 0, 0}, {"redisFault", 1, 1, 0}, {"buy", 2, 2, 0},
-		{"dlq", 3, 0, 0}},
+	"expiry job dead-lettered": {{"preheatPaid", 1, 1, 1, 0}, {"preheatPaid", 2, 2, 2, 0}, {"buy", 0, 1, 0, 0},
+		{"buy", 0, 1, 0, 0}, {"poll", 0, 0, 0, 0}, {"dlq", 5, 0, 0, 0}, {"deliver", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"pay", 5, 0, 0, 0}, {"advance", 2, 0, 0, 0}, {"ledgerFault", 0, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"advance", 3, 0, 0, 0}, {"advance", 4, 0, 0, 0}, {"ledgerFault", 2, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"preheat", 1, 3, 1, 0}, {"preheat", 3, 1, 2, 0}, {"poll", 1, 0, 0, 0},
+		{"pay", 6, 3, 0, 0}, {"pay", 0, 3, 0, 0}, {"advance", 0, 0, 0, 0}, {"dlq", 0, 0, 0, 0},
+		{"redisFault", 1, 1, 0, 0}, {"buy", 2, 2, 0, 0}, {"dlq", 3, 0, 0, 0}},
 	// The order write landed but its answer was lost; the redelivery's write
 	// was refused for good, and the consumer released a purchase whose
 	// order exists.
-	"refused after a lost answer": {{"preheat", 1, 1, 1}, {"buy", 0, 1, 0}, {"ledgerFault", lfLost, 0, 0},
-		{"poll", 0, 0, 0}, {"deliver", 0, 0, 0}, {"ledgerFault", lfRefused, 0, 0}, {"deliver", 0, 0, 0}},
+	"refused after a lost answer": {{"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 0}, {"ledgerFault", lfLost, 0, 0, 0},
+		{"poll", 0, 0, 0, 0}, {"deliver", 0, 0, 0, 0}, {"ledgerFault", lfRefused, 0, 0, 0}, {"deliver", 0, 0, 0, 0}},
 	// Issue 13 item 3, AWS wiring: the job left Redis for SQS, the order
 	// write landed but its answer is late; compensation took "not in Redis"
 	// for lost and, after its re-enqueues, released the ordered purchase.
-	"late answer, AWS ack": {{"preheat", 1, 1, 1}, {"buy", 0, 1, 0}, {"poll", 1, 0, 0}, {"ledgerFault", lfLate, 0, 0},
-		{"deliver", 0, 0, 0}, {"advance", 4, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0},
-		{"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"release", 0, 0, 0}},
+	"late answer, AWS ack": {{"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"ledgerFault", lfLate, 0, 0, 0}, {"deliver", 0, 0, 0, 0}, {"advance", 4, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"release", 0, 0, 0, 0}},
 	// The same with the answer lost: the redelivery then finds the
 	// purchase released, though its order exists.
-	"lost answer, AWS ack": {{"preheat", 1, 1, 1}, {"ledgerFault", lfLost, 0, 0}, {"buy", 0, 1, 0}, {"advance", 4, 0, 0},
-		{"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0},
-		{"compensate", 0, 0, 0}, {"deliver", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0}},
+	"lost answer, AWS ack": {{"preheat", 1, 1, 1, 0}, {"ledgerFault", lfLost, 0, 0, 0}, {"buy", 0, 1, 0, 0},
+		{"advance", 4, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"deliver", 0, 0, 0, 0},
+		{"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}},
 	// Issue 13 item 3 as filed: the write is slow; the purchase is released,
 	// the unit sells to u1, then the first write lands: two orders, stock 1.
-	"slow write, sold twice": {{"preheat", 1, 1, 1}, {"buy", 0, 1, 0}, {"poll", 1, 0, 0}, {"ledgerFault", lfSlow, 0, 0},
-		{"deliver", 0, 0, 0}, {"advance", 4, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0},
-		{"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 1, 0, 0}, {"compensate", 0, 0, 0}, {"buy", 1, 1, 0},
-		{"poll", 1, 0, 0}, {"deliver", 4, 0, 0}, {"release", 0, 0, 0}},
+	"slow write, sold twice": {{"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"ledgerFault", lfSlow, 0, 0, 0}, {"deliver", 0, 0, 0, 0}, {"advance", 4, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 1, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"buy", 1, 1, 0, 0},
+		{"poll", 1, 0, 0, 0}, {"deliver", 4, 0, 0, 0}, {"release", 0, 0, 0, 0}},
 	// repair.lua's reply was lost as it released a purchase; go-redis ran
 	// it again, which found the purchase released and answered "nothing to
 	// do", so the buyer's limit was never given back.
-	"retried release": {{"preheat", 1, 1, 1}, {"buy", 0, 1, 0}, {"advance", 4, 0, 0}, {"poll", 0, 0, 0}, {"dlq", 0, 0, 0},
-		{"compensate", 0, 0, 0}, {"poll", 0, 0, 0}, {"dlq", 0, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 0, 0, 0},
-		{"dlq", 0, 0, 0}, {"compensate", 0, 0, 0}, {"poll", 0, 0, 0}, {"dlq", 0, 0, 0}, {"redisFault", 2, 0, 0},
-		{"compensate", 0, 0, 0}},
+	"retried release": {{"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 0}, {"advance", 4, 0, 0, 0}, {"poll", 0, 0, 0, 0},
+		{"dlq", 0, 0, 0, 0}, {"compensate", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0}, {"dlq", 0, 0, 0, 0},
+		{"compensate", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0}, {"dlq", 0, 0, 0, 0}, {"compensate", 0, 0, 0, 0},
+		{"poll", 0, 0, 0, 0}, {"dlq", 0, 0, 0, 0}, {"redisFault", 2, 0, 0, 0}, {"compensate", 0, 0, 0, 0}},
 	// Found with the fix in place: admit.lua's reply was lost; before
 	// go-redis ran it again, the purchase was ordered and the item preheated
 	// again. The retry answered "another version", and the service admitted
 	// the same purchase id again in the new sale, where its order id named
 	// the old sale's order.
-	"admission retried across a preheat": {{"preheat", 1, 1, 1}, {"redisFault", 0, 1, 0}, {"buy", 0, 1, 0},
-		{"poll", 0, 0, 0}, {"deliver", 0, 0, 0}, {"preheat", 1, 1, 1}, {"release", 0, 0, 0}},
+	"admission retried across a preheat": {{"preheat", 1, 1, 1, 0}, {"redisFault", 0, 1, 0, 0}, {"buy", 0, 1, 0, 0},
+		{"poll", 0, 0, 0, 0}, {"deliver", 0, 0, 0, 0}, {"preheat", 1, 1, 1, 0}, {"release", 0, 0, 0, 0}},
+	// Issue 21, found by the model with several containers: a re-preheat
+	// from 1 shard to 3 stalled between its resets (reset.lua's reply lost,
+	// its retry late) after its commit: shard 0 reset, shards 1 and 2, new,
+	// frozen with no sale yet. A purchase whose buyer's home is shard 1 was
+	// answered 404 "no such item" (admit.lua took the shard without a
+	// version for an unknown item before it looked for the freeze), and the
+	// container forgot what it knew of the item. It is ErrPreheating now
+	// (take.lua the same).
+	"purchase on a shard a stalled preheat adds": {{"preheat", 1, 1, 1, 0}, {"redisFault", 2, 1, 0, 0},
+		{"advance", 0, 0, 0, 0}, {"preheatPaid", 3, 4, 1, 2}, {"buy", 0, 1, 0, 0}},
+	// The same, found first: the re-preheat's intent opened late (its reply
+	// lost, its retry after 2 min), then it stalled in its resets.
+	"purchase on a shard a stalled preheat adds, begun late": {{"preheat", 1, 1, 1, 0}, {"redisFault", 2, 1, 0, 0},
+		{"buy", 0, 1, 0, 1}, {"redisFault", 10, 1, 0, 0}, {"poll", 1, 0, 0, 0}, {"deliver", 4, 0, 0, 0},
+		{"preheatPaid", 3, 3, 1, 1}, {"advance", 3, 0, 0, 0}, {"release", 0, 0, 0, 0}, {"buy", 0, 1, 0, 1}},
+	// Found by the model with several containers: container 1 read the
+	// settings of a sale of 3 shards; container 2 preheated again with 2
+	// (shard 2 dropped); within the settings' TTL, container 1 sent u2 (home
+	// shard 2 of 3) to the dropped shard, which answered "unknown item",
+	// and the purchase was refused 404 "no such item" while the item was
+	// on sale (and the container forgot what it knew of it). Unknown from a
+	// copy of the settings is now checked against fresh ones, like another
+	// version.
+	"purchase under settings from before a preheat with fewer shards": {{"preheat", 1, 1, 1, 0},
+		{"forget", 0, 0, 0, 0}, {"preheat", 3, 4, 1, 1}, {"buy", 2, 2, 0, 1}, {"preheatPaid", 3, 2, 1, 2},
+		{"buy", 2, 2, 0, 1}},
+	// Found by the model's new refusal check, shrunk by hand: container 1
+	// admitted u0 in the first sale; a preheat through container 0 started
+	// another, which sold out; container 1, remembering it sold out,
+	// answered u0 409 "already purchased" though u0 bought nothing in it:
+	// its list of buyers outlived the sale it remembered. Buyers are now
+	// remembered per sale (version).
+	"buyer of the sale before": {{"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 1}, {"poll", 1, 0, 0, 0},
+		{"deliver", 0, 0, 0, 0}, {"preheat", 1, 1, 1, 0}, {"advance", 0, 0, 0, 0}, {"buy", 1, 1, 0, 1},
+		{"buy", 2, 1, 0, 1}, {"buy", 0, 1, 0, 1}},
+	// A model error, found when the model began to arm two script faults
+	// more often: a preheat stalled in its freeze, a purchase stalled
+	// behind it; settling, the preheat answered done, but the model
+	// adopted a sale only for a preheat that answered an error (expected
+	// took nil for one), so the purchase answered next counted in the sale
+	// before, which the preheat seemed to have dropped.
+	"purchase answered after a stalled preheat": {{"preheat", 1, 1, 1, 0}, {"redisFault", 8, 1, 0, 0},
+		{"redisFault", 0, 1, 0, 0}, {"preheat", 2, 1, 2, 0}, {"buy", 0, 1, 0, 0}},
+	// Model errors, found once a preheat's done was judged: a preheat
+	// stalled in closing its intent (preheat_end.lua's reply lost, retried
+	// late) after its shards were reset; the model adopted its sale, a
+	// purchase was admitted in it, then the preheat answered done, and the
+	// model took that purchase for one of the sale before, dropped.
+	"purchase admitted before its preheat answered": {{"preheat", 1, 1, 1, 0}, {"advance", 0, 0, 0, 0},
+		{"advance", 0, 0, 0, 0}, {"advance", 0, 0, 0, 0}, {"advance", 0, 0, 0, 0}, {"buy", 0, 2, 0, 0},
+		{"poll", 1, 0, 0, 0}, {"redisFault", 12, 1, 0, 0}, {"forget", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0},
+		{"pay", 2, 0, 0, 1}, {"preheatPaid", 1, 2, 1, 2}, {"buy", 1, 1, 0, 1}, {"release", 7, 0, 0, 0}},
+	// The same stall, then another preheat (its intent closed, the item
+	// is free): the first answered done once the second's sale was on.
+	// (Model errors, the three above.)
+	"preheat answered after the next one": {{"preheat", 1, 1, 1, 0}, {"advance", 0, 0, 0, 0},
+		{"advance", 0, 0, 0, 0}, {"forget", 0, 0, 0, 0}, {"redisFault", 12, 1, 0, 0}, {"poll", 0, 0, 0, 0},
+		{"preheat", 3, 2, 1, 0}, {"preheat", 2, 1, 1, 0}},
+	// A model error: a preheat stalled in its commit past its deadline;
+	// the next preheat rolled it forward, froze its shards and committed,
+	// then stalled in registering. The model, seeing the first one's sale
+	// for the first time with the next one's intent open, took the shards
+	// frozen by it for a preheat half applied.
+	"sale seen first frozen by the next preheat": {{"preheat", 1, 1, 1, 0}, {"advance", 0, 0, 0, 0},
+		{"advance", 0, 0, 0, 0}, {"advance", 0, 0, 0, 0}, {"advance", 0, 0, 0, 0}, {"advance", 1, 0, 0, 0},
+		{"buy", 2, 1, 0, 1}, {"redisFault", 13, 0, 0, 0}, {"redisFault", 11, 1, 0, 0}, {"redisFault", 14, 1, 0, 0},
+		{"ledgerFault", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0}, {"deliver", 1, 1, 0, 0}, {"deliver", 0, 0, 0, 0},
+		{"forget", 0, 0, 0, 0}, {"redisFault", 13, 1, 0, 0}, {"forget", 0, 0, 0, 0}, {"preheat", 3, 2, 1, 2},
+		{"advance", 1, 0, 0, 0}, {"preheatPaid", 3, 1, 1, 2}},
+	// Found by the model: a preheat of 1 shard stalled in opening its
+	// intent (preheat_begin.lua's reply lost, its resend 61 s late); past
+	// its deadline the next preheat (3 shards) rolled it back and ran; u0
+	// bought on shard 1 or 2 of the new sale. Then the resend opened a
+	// fresh intent (the one before was closed), with the first preheat's
+	// stale view: touching 1 shard. It froze and reset shard 0 alone and
+	// registered 1 shard: the new sale's shards 1 and 2, u0's reserved
+	// purchase with them, were dropped from the sale. A begin is now
+	// refused once a preheat began at or after its deadline
+	// (ErrPreheatAbandoned).
+	"resent begin after its preheat was rolled back": {{"preheat", 1, 1, 1, 0}, {"advance", 0, 0, 0, 0},
+		{"advance", 0, 0, 0, 0}, {"advance", 0, 0, 0, 0}, {"redisFault", 10, 1, 0, 0}, {"preheat", 4, 1, 2, 1},
+		{"advance", 2, 0, 0, 0}, {"preheat", 3, 4, 1, 1}, {"buy", 0, 1, 0, 2}, {"release", 4, 0, 0, 0}},
+	// Found by the model in the same run, not shrunk far: a preheat
+	// answered orders_pending while the model knew no purchase of the sale
+	// waiting for its order or payment. It too has a begin resent late,
+	// and passes with the fix above.
+	"orders pending, none known": {{"preheat", 3, 1, 1, 2}, {"preheat", 4, 2, 2, 2}, {"buy", 3, 2, 0, 1},
+		{"redisFault", 10, 1, 0, 0}, {"redisFault", 2, 1, 0, 0}, {"buy", 1, 2, 0, 0}, {"poll", 0, 0, 0, 0},
+		{"deliver", 0, 0, 0, 0}, {"deliver", 2, 0, 0, 0}, {"preheat", 2, 2, 1, 1}, {"poll", 1, 0, 0, 0},
+		{"ledgerFault", 4, 0, 0, 0}, {"pay", 1, 2, 0, 2}, {"deliver", 6, 0, 0, 0}, {"forget", 0, 0, 0, 0},
+		{"preheatPaid", 4, 2, 2, 2}, {"ledgerFault", 1, 0, 0, 0}, {"buy", 0, 1, 0, 1}, {"ledgerFault", 5, 0, 0, 0},
+		{"ledgerFault", 5, 0, 0, 0}, {"forget", 0, 0, 0, 0}, {"poll", 0, 0, 0, 0}, {"release", 2, 0, 0, 0},
+		{"redisFault", 12, 1, 0, 0}, {"deliver", 5, 0, 0, 0}, {"pay", 1, 2, 0, 1}, {"advance", 3, 0, 0, 0},
+		{"deliver", 1, 1, 0, 0}, {"deliver", 1, 0, 0, 0}, {"release", 4, 0, 0, 0}, {"poll", 1, 0, 0, 0},
+		{"deliver", 1, 1, 0, 0}},
 }
+
+// modelOpen are the recorded cases of defects not fixed yet, skipped with
+// the defect's name until they are.
+var modelOpen = map[string]string{}
 
 func TestFlashSaleModelRegressions(t *testing.T) {
 	for _, env := range newModelEnvs(t) {
 		t.Run(env.b.name, func(t *testing.T) {
 			for name, steps := range modelRegressions {
-				t.Run(name, func(t *testing.T) { env.replay(t, steps) })
+				t.Run(name, func(t *testing.T) {
+					if defect, open := modelOpen[name]; open && os.Getenv("MODEL_OPEN") == "" {
+						t.Skipf("open defect (MODEL_OPEN=1 runs it): %s", defect)
+					}
+					env.replay(t, steps)
+				})
 			}
 		})
 	}

@@ -137,6 +137,7 @@ const (
 	beginDone    = 1
 	beginBusy    = 2
 	beginExpired = 3
+	beginLate    = 4
 )
 
 // beginPreheat opens in's intent; it returns the answer of
@@ -401,6 +402,8 @@ func (s *Service) begin(ctx context.Context, it Item, now time.Time) (intent, er
 			return in, nil
 		case beginBusy:
 			return intent{}, ErrPreheatInProgress
+		case beginLate:
+			return intent{}, ErrPreheatAbandoned // resent past its deadline; another preheat came since
 		}
 		old, ok, err := s.cfg.Store.readIntent(ctx, it.ID)
 		if err != nil {

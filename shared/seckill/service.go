@@ -78,7 +78,14 @@ type Service struct {
 	// buyer's retry answers already_purchased even when the item is
 	// remembered sold out (a retry that reaches another container learns it
 	// from Redis).
-	buyers map[string]map[string]bool
+	buyers map[string]buyerSet
+}
+
+// buyerSet is the buyers a container admitted in one sale (version) of an
+// item: those of an earlier sale bought nothing in this one.
+type buyerSet struct {
+	version int64
+	users   map[string]bool
 }
 
 type itemEntry struct {
@@ -115,7 +122,7 @@ func NewService(cfg Config) (*Service, error) {
 			cfg.Backlog, cfg.Hold, cfg.Memory, cfg.PreheatTimeout)
 	}
 	return &Service{cfg: cfg, items: map[string]itemEntry{}, memory: map[string]memoryEntry{},
-		buyers: map[string]map[string]bool{}}, nil
+		buyers: map[string]buyerSet{}}, nil
 }
 
 // NewPurchaseID returns a new purchase id; ids sort by creation time.
@@ -172,7 +179,7 @@ func (s *Service) remembered(item, user string, now time.Time) error {
 		delete(s.memory, item)
 		return nil
 	}
-	if e.err == ErrSoldOut && s.buyers[item][user] {
+	if b := s.buyers[item]; e.err == ErrSoldOut && b.version == e.version && b.users[user] {
 		return ErrAlreadyPurchased
 	}
 	return e.err
@@ -281,10 +288,19 @@ func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []by
 			return Purchase{}, err
 		}
 		switch res.code {
-		case codeStale:
-			if set, err = s.settings(ctx, itemID, now, true); err != nil {
+		case codeUnknown, codeStale:
+			// Unknown may be the answer of a shard the item's sale no
+			// longer has (a re-preheat with fewer shards dropped it) to a
+			// copy of the settings from before: only fresh settings of
+			// the same version prove the item unknown.
+			fresh, err := s.settings(ctx, itemID, now, true)
+			if err != nil {
 				return Purchase{}, err
 			}
+			if res.code == codeUnknown && (fresh.version == 0 || fresh.version == set.version) {
+				return Purchase{}, s.refusal(itemID, res, now)
+			}
+			set = fresh
 			// A new id for the new version: "another version" may be the
 			// answer of a retry (go-redis resends a script whose reply was
 			// lost) whose first run admitted this id under the old one,
@@ -315,12 +331,12 @@ func (s *Service) admitted(ctx context.Context, a attempt, shard int) Purchase {
 	s.cfg.Metrics.Count(metrics.Admitted, a.qty, nil)
 	s.mu.Lock()
 	b := s.buyers[a.item]
-	if b == nil {
-		b = map[string]bool{}
+	if b.users == nil || b.version < a.version {
+		b = buyerSet{version: a.version, users: map[string]bool{}}
 		s.buyers[a.item] = b
 	}
-	if len(b) < maxRememberedBuyers {
-		b[a.user] = true
+	if b.version == a.version && len(b.users) < maxRememberedBuyers {
+		b.users[a.user] = true
 	}
 	s.mu.Unlock()
 	return Purchase{ID: a.pid, ItemID: a.item, UserID: a.user, Quantity: a.qty, Status: Reserved,

@@ -59,7 +59,7 @@
 -- stock left, absent on a repeat): the user's quantity is held against the
 -- limit and the caller may take stock from another shard; 10 quantity above the per-user limit
 -- (extra: the limit); 11 a preheat of the item is under way (the shard is
--- frozen: retry shortly). 3 also answers on a shard retired after its sale.
+-- frozen, whatever sale it held: retry shortly). 3 also answers on a shard retired after its sale.
 -- A repeated attempt with the same purchase id answers as the first did.
 local field, backlog = ARGV[3], tonumber(ARGV[5])
 -- Whether the backlog has room; nil until counted.
@@ -84,14 +84,16 @@ if not version or 'left:' .. version ~= field or meta[7] or meta[8] then
   -- aside (frozen by a preheat, or retired): drop it (and the hash, if it
   -- was all).
   redis.call('HDEL', KEYS[1], field)
-  if not version then
+  if meta[7] then
+    -- Frozen by a preheat under way, whatever the shard held before: no
+    -- sale yet (a shard the new sale adds), or another version.
+    return {11, version or '0'}
+  elseif not version then
     return {0, '0'}
   elseif 'left:' .. version ~= field then
     return {1, version}
-  elseif meta[8] then
-    return {3, version}
   end
-  return {11, version}
+  return {3, version}
 end
 -- The item is at the caller's version: its settings are the caller's.
 local now = tonumber(ARGV[2])

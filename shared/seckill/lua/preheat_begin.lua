@@ -24,7 +24,8 @@
 -- Returns {1, version}: begun (or begun already by this owner: a resent
 -- call); {2, version, deadline}: another preheat is under way; {3, version}:
 -- another preheat's intent is past its deadline (the caller recovers it,
--- then begins again). Nothing is written unless it answers 1.
+-- then begins again); {4, last}: a preheat began at or after this call's
+-- deadline (the call is past it). Nothing is written unless it answers 1.
 local i = redis.call('HMGET', KEYS[1], 'phase', 'owner', 'version', 'deadline', 'last')
 if i[1] then
   if i[2] == ARGV[1] then
@@ -34,6 +35,13 @@ if i[1] then
     return {2, i[3], i[4]}
   end
   return {3, i[3]}
+end
+-- A preheat begun at or after this call's deadline means this call is
+-- past it: a resend of a begin whose intent was rolled back meanwhile (its
+-- view of the shards is stale). Versions are at least the time they were
+-- begun at.
+if i[5] and tonumber(i[5]) >= tonumber(ARGV[3]) then
+  return {4, i[5]}
 end
 local version = math.max(tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(i[5] or '0') + 1)
 version = string.format('%d', version)

@@ -24,11 +24,12 @@ if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then
 end
 local field = 'left:' .. ARGV[8]
 local meta = redis.call('HMGET', KEYS[1], 'version', 'ends', field, 'frozen', 'retired')
-if meta[1] ~= ARGV[8] then
-  return {0}
-end
+-- Frozen first: a shard a preheat under way adds has no sale yet.
 if meta[4] then
   return {11}
+end
+if meta[1] ~= ARGV[8] then
+  return {0}
 end
 if meta[5] then
   return {3}

@@ -516,15 +516,16 @@ func revisionIs(rev int64, vals item) string {
 // consistent read, and their failure is the caller's error: nothing was
 // written, so the delivery is tried again.
 func (d *Dynamo) Commit(ctx context.Context, c withdrawal.Commit) (withdrawal.Withdrawal, error) {
+	conflict := func(cur withdrawal.Withdrawal) (withdrawal.Withdrawal, error) {
+		return cur, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+	}
 	if c.Next == nil {
-		cur, found, err := d.load(ctx, c.Ref.ID)
+		cur, err := d.Find(ctx, c.Ref.ID)
 		switch {
 		case err != nil:
 			return withdrawal.Withdrawal{}, err
-		case !found:
-			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, withdrawal.ErrNotFound)
 		case cur.Revision != c.Rev:
-			return cur, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+			return conflict(cur)
 		}
 		return withdrawal.Withdrawal{}, d.queue(ctx, cur, c)
 	}
@@ -570,14 +571,12 @@ func (d *Dynamo) Commit(ctx context.Context, c withdrawal.Commit) (withdrawal.Wi
 		return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, err)
 	}
 	if err != nil {
-		cur, found, lerr := d.load(ctx, c.Ref.ID)
+		cur, ferr := d.Find(ctx, c.Ref.ID)
 		switch {
-		case lerr != nil:
-			return withdrawal.Withdrawal{}, lerr
-		case !found:
-			return withdrawal.Withdrawal{}, fmt.Errorf("ledger: commit %s: %w", c.Ref.ID, withdrawal.ErrNotFound)
+		case ferr != nil:
+			return withdrawal.Withdrawal{}, ferr
 		case cur.Op != c.Op:
-			return cur, fmt.Errorf("ledger: commit %s at revision %d: %w", c.Ref.ID, c.Rev, withdrawal.ErrConflict)
+			return conflict(cur)
 		}
 		// This very write landed and its answer was lost (the SDK resent
 		// it): its queue operations may not have run.

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/internal/docscheck"
 )
 
 // The order's state machine after it was made (DecideOrder): every order
@@ -156,24 +157,5 @@ func orderTable() string {
 }
 
 func TestOrderTableInTheDocs(t *testing.T) {
-	const path, begin, end = "../../docs/reliability.md", "<!-- order-transitions:begin -->\n", "<!-- order-transitions:end -->"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(doc)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no %q ... %q section", path, begin, end)
-	}
-	table := orderTable()
-	if s[i+len(begin):j] == table {
-		return
-	}
-	if !*updateOrderDocs {
-		t.Fatalf("the order transition table in %s is not what DecideOrder does: run go test ./shared/seckill -run TestOrderTableInTheDocs -update-docs", path)
-	}
-	if err := os.WriteFile(path, []byte(s[:i+len(begin)]+table+s[j:]), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	docscheck.Section(t, "../../docs/reliability.md", "order-transitions", orderTable(), *updateOrderDocs)
 }

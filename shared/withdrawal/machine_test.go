@@ -4,12 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/hourglass/hourglass/internal/docscheck"
 )
 
 // The state machine's table: every pair of a record state and an event,
@@ -252,24 +253,5 @@ func isSettlement(d Decision) bool { return d.Applied == Changed || d.Next.Resol
 func neverReceived(d Decision) bool { return d.Call == CallPay && d.Next.Status == Processing }
 
 func TestTransitionTableInTheDocs(t *testing.T) {
-	const path, begin, end = "../../docs/reliability.md", "<!-- transitions:begin -->\n", "<!-- transitions:end -->"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(doc)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("%s has no %q ... %q section", path, begin, end)
-	}
-	table := transitionTable()
-	if s[i+len(begin):j] == table {
-		return
-	}
-	if !*updateDocs {
-		t.Fatalf("the transition table in %s is not what Decide does: run go test ./shared/withdrawal -run TestTransitionTableInTheDocs -update-docs", path)
-	}
-	if err := os.WriteFile(path, []byte(s[:i+len(begin)]+table+s[j:]), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	docscheck.Section(t, "../../docs/reliability.md", "transitions", transitionTable(), *updateDocs)
 }

@@ -66,24 +66,22 @@ func (r Records) Advance(ctx context.Context, w Withdrawal, e Event) (Decision, 
 
 // Cancel implements Ledger.
 func (r Records) Cancel(ctx context.Context, userID, id string, now time.Time) (Withdrawal, error) {
-	w, err := r.Store.Get(ctx, userID, id)
-	if err != nil {
-		return Withdrawal{}, err
-	}
-	d, err := r.run(ctx, w, Cancel{UserID: userID, Now: now})
-	if errors.Is(err, ErrNotFound) {
-		return Withdrawal{}, err
-	}
-	return d.Next, err
+	return r.owned(ctx, userID, id, Cancel{UserID: userID, Now: now})
 }
 
 // Reschedule implements Ledger.
 func (r Records) Reschedule(ctx context.Context, rs Reschedule) (Withdrawal, error) {
-	w, err := r.Store.Get(ctx, rs.UserID, rs.ID)
+	return r.owned(ctx, rs.UserID, rs.ID, rs)
+}
+
+// owned runs an event of userID's withdrawal id: someone else's is not
+// found, and a refusal comes with the record as it stands.
+func (r Records) owned(ctx context.Context, userID, id string, e Event) (Withdrawal, error) {
+	w, err := r.Store.Get(ctx, userID, id)
 	if err != nil {
 		return Withdrawal{}, err
 	}
-	d, err := r.run(ctx, w, rs)
+	d, err := r.run(ctx, w, e)
 	if errors.Is(err, ErrNotFound) {
 		return Withdrawal{}, err
 	}

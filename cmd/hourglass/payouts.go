@@ -57,8 +57,11 @@ func payoutsUnresolvedCmd() *cobra.Command {
 				return err
 			}
 			type row struct {
-				ID          string `json:"id"`
-				Status      string `json:"status"`
+				ID     string `json:"id"`
+				Status string `json:"status"`
+				// Revision is what payouts resolve --revision names: the
+				// verdict is taken only if the record has not moved since.
+				Revision    int64  `json:"revision"`
 				MayHavePaid bool   `json:"may_have_paid"`
 				Attempts    int    `json:"attempts"`
 				FirstSentAt string `json:"first_sent_at,omitempty"`
@@ -73,7 +76,7 @@ func payoutsUnresolvedCmd() *cobra.Command {
 			now := time.Now()
 			rows := make([]row, 0, len(ws))
 			for _, w := range ws {
-				r := row{ID: w.ID, Status: string(w.Status), MayHavePaid: w.MaybePaid, Attempts: w.Attempts,
+				r := row{ID: w.ID, Status: string(w.Status), Revision: w.Revision, MayHavePaid: w.MaybePaid, Attempts: w.Attempts,
 					NextAt: clock.Format(w.DueAt), LastError: w.LastError, RequestID: w.RequestID}
 				if !w.FirstSentAt.IsZero() {
 					r.FirstSentAt = clock.Format(w.FirstSentAt)
@@ -93,7 +96,7 @@ func payoutsUnresolvedCmd() *cobra.Command {
 				return err
 			}
 			t := newTable(out)
-			t.println("WITHDRAWAL\tSTATUS\tMAY HAVE PAID\tATTEMPTS\tFIRST SENT\tNEXT\tLAST ERROR")
+			t.println("WITHDRAWAL\tREVISION\tSTATUS\tMAY HAVE PAID\tATTEMPTS\tFIRST SENT\tNEXT\tLAST ERROR")
 			for _, r := range rows {
 				first := "-"
 				if r.FirstSentAt != "" {
@@ -102,26 +105,32 @@ func payoutsUnresolvedCmd() *cobra.Command {
 						first += " (past the window)"
 					}
 				}
-				t.printf("%s\t%s\t%v\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.MayHavePaid, r.Attempts, first, r.NextAt,
+				t.printf("%s\t%d\t%s\t%v\t%d\t%s\t%s\t%s\n", r.ID, r.Revision, r.Status, r.MayHavePaid, r.Attempts, first, r.NextAt,
 					truncate(r.LastError, 80))
 			}
 			return t.flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"withdrawals":[{"id","status","may_have_paid","attempts",...}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"withdrawals":[{"id","status","revision","may_have_paid","attempts",...}]}`)
 	return cmd
 }
 
 func payoutsResolveCmd() *cobra.Command {
 	var paid, failed, by string
+	var revision int64
 	cmd := &cobra.Command{
-		Use:   "resolve <withdrawal id> (--paid <payout id> | --failed <reason>)",
+		Use:   "resolve <withdrawal id> --revision <n> (--paid <payout id> | --failed <reason>)",
 		Short: "Settle a withdrawal by hand: the provider paid it, or it did not",
 		Long: `Settle a withdrawal whose outcome the system cannot settle itself, from what the
 provider's own records say: --paid with the provider's payout id, or --failed
 with the reason. The resolution is kept in the ledger with who (--by, default
 the operating system user) and when, and finance is told of it like of any
 outcome.
+
+--revision is the withdrawal's revision as you judged it ("payouts unresolved"
+lists it): if the record moved since (the payout step looked it up, or sent
+the request again and it may have paid), the verdict is refused, nothing is
+written (exit 1), and you list it again and judge it again.
 
 Only what "payouts unresolved" lists is an operator's to settle: a withdrawal
 that a call may have paid (paid or failed), or one that no call may have paid
@@ -131,17 +140,21 @@ withdrawal never sent to the provider (scheduled, or cancelled before any
 call), one the payout step still settles itself, one whose payout attempt is
 running right now (try again after it), one that ended otherwise. Resolving
 it as it already ended does nothing.`,
-		Example: `  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --paid po_8841
-  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --failed "not at the provider (checked 2026-12-01)" --by alice`,
+		Example: `  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --revision 7 --paid po_8841
+  hourglass payouts resolve wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z --revision 7 --failed "not at the provider (checked 2026-12-01)" --by alice`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (paid == "") == (failed == "") {
 				return usagef("give exactly one of --paid <payout id> and --failed <reason>")
 			}
+			if !cmd.Flags().Changed("revision") {
+				return usagef("give --revision <n>: the withdrawal's revision as you judged it (payouts unresolved lists it)")
+			}
 			r := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: paid, By: cmp.Or(by, operator())}
 			if failed != "" {
 				r = withdrawal.Resolution{Status: withdrawal.Failed, Reason: failed, By: r.By}
 			}
+			r.IfRevision = &revision
 			a, done, err := openApp(cmd)
 			if err != nil {
 				return err
@@ -153,6 +166,8 @@ it as it already ended does nothing.`,
 			switch {
 			case errors.Is(err, withdrawal.ErrNotFound):
 				return fmt.Errorf("no withdrawal %s", args[0])
+			case errors.Is(err, withdrawal.ErrPreconditionFailed):
+				return fmt.Errorf("%w; nothing written: list it again (payouts unresolved) and judge it again", err)
 			case errors.As(err, &verr):
 				return usageError{err}
 			case err != nil:
@@ -166,6 +181,7 @@ it as it already ended does nothing.`,
 	cmd.Flags().StringVar(&paid, "paid", "", "the provider paid it: its payout id")
 	cmd.Flags().StringVar(&failed, "failed", "", "the provider did not pay it: why")
 	cmd.Flags().StringVar(&by, "by", "", "who resolves it (default: the operating system user)")
+	cmd.Flags().Int64Var(&revision, "revision", 0, "the withdrawal's revision as you judged it (payouts unresolved lists it)")
 	return cmd
 }
 

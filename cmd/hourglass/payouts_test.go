@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,7 +36,7 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 	finance.on.Store(true)
 	s := serve(t, proctest.FreeAddr(t), map[string]string{
 		"REDIS_URL": rs.URL(), "FINANCE_WEBHOOK_URL": finance.URL, "PAYOUT_URL": provider.URL, "PAYOUT_TIMEOUT": "200ms",
-		"PAYOUT_IDEMPOTENCY_WINDOW": "300ms", "HOURGLASS_RETRY_BASE": "100ms", "HOURGLASS_RETRY_CAP": "200ms",
+		"PAYOUT_IDEMPOTENCY_WINDOW": "300ms", "HOURGLASS_RETRY_BASE": "100ms", "HOURGLASS_RETRY_CAP": "3s",
 		"HOURGLASS_POLL_INTERVAL": "50ms", "HOURGLASS_LOG_LEVEL": "warn",
 	})
 	env := map[string]string{"REDIS_URL": rs.URL(), "PAYOUT_IDEMPOTENCY_WINDOW": "300ms"}
@@ -48,6 +50,7 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 		Withdrawals []struct {
 			ID          string `json:"id"`
 			Status      string `json:"status"`
+			Revision    int64  `json:"revision"`
 			MayHavePaid bool   `json:"may_have_paid"`
 			Attempts    int    `json:"attempts"`
 			PastWindow  bool   `json:"past_idempotency_window"`
@@ -83,21 +86,38 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 		t.Fatalf("unresolved table:\n%s", table)
 	}
 
-	if r := hg(t, env, "payouts", "resolve", id); r.code != 2 {
+	rev := fmt.Sprint(list.Withdrawals[0].Revision)
+	if r := hg(t, env, "payouts", "resolve", id, "--revision", rev); r.code != 2 {
 		t.Fatalf("resolve without a verdict: exit %d, want 2\n%s", r.code, r.stderr)
 	}
-	if r := hg(t, env, "payouts", "resolve", id, "--paid", "po_late", "--failed", "x"); r.code != 2 {
+	if r := hg(t, env, "payouts", "resolve", id, "--revision", rev, "--paid", "po_late", "--failed", "x"); r.code != 2 {
 		t.Fatalf("resolve with both verdicts: exit %d, want 2", r.code)
 	}
-	if r := hg(t, env, "payouts", "resolve", "wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z", "--paid", "po_x"); r.code != 1 {
+	if r := hg(t, env, "payouts", "resolve", id, "--paid", "po_late"); r.code != 2 || !strings.Contains(r.stderr, "--revision") {
+		t.Fatalf("resolve naming no revision: exit %d, want 2 and a word on --revision\n%s", r.code, r.stderr)
+	}
+	if r := hg(t, env, "payouts", "resolve", "wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z", "--revision", "1", "--paid", "po_x"); r.code != 1 {
 		t.Fatalf("resolve of an unknown withdrawal: exit %d, want 1", r.code)
 	}
-	// A lookup may be running at that very moment: the operator is told to
-	// try again after it, and does.
+	// A verdict on a revision the record has left is refused, nothing
+	// written: the operator lists it again.
+	if r := hg(t, env, "payouts", "resolve", id, "--revision", "0", "--paid", "po_late"); r.code != 1 ||
+		!strings.Contains(r.stderr, "list it again") {
+		t.Fatalf("resolve on a stale revision: exit %d, want 1 and a word on listing again\n%s", r.code, r.stderr)
+	}
+	// A lookup may be running at that very moment, or have moved the
+	// record since it was listed: the operator lists it again and resolves
+	// on what it reads. (The retry cap, 3 s here, 30 min by default, is
+	// the time an operator has between two moves of such a record.)
 	var r result
 	for range 20 {
-		if r = hg(t, env, "payouts", "resolve", id, "--paid", "po_late", "--by", "alice@ops"); r.code != 1 ||
-			!strings.Contains(r.stderr, "attempt runs") {
+		okJSON(t, env, &list, "payouts", "unresolved", "--json")
+		if len(list.Withdrawals) != 1 {
+			t.Fatalf("unresolved: %+v", list)
+		}
+		rev = fmt.Sprint(list.Withdrawals[0].Revision)
+		if r = hg(t, env, "payouts", "resolve", id, "--revision", rev, "--paid", "po_late", "--by", "alice@ops"); r.code != 1 ||
+			!strings.Contains(r.stderr, "attempt runs") && !strings.Contains(r.stderr, "list it again") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -109,7 +129,7 @@ func TestOperatorResolvesAnUnknownPayout(t *testing.T) {
 	if w := s.do("GET", "/v1/withdrawals/"+id, "alice", nil, ""); w.body["status"] != "paid" || w.body["payout_id"] != "po_late" {
 		t.Fatalf("after the resolution: %s", w.raw)
 	}
-	if r := hg(t, env, "payouts", "resolve", id, "--failed", "changed my mind"); r.code != 1 ||
+	if r := hg(t, env, "payouts", "resolve", id, "--revision", rev, "--failed", "changed my mind"); r.code != 1 ||
 		!strings.Contains(r.stderr, "not resolvable") {
 		t.Fatalf("a contradicting resolution: exit %d\n%s", r.code, r.stderr)
 	}
@@ -139,9 +159,16 @@ func TestOperatorCannotResolveAWithdrawalNeverSent(t *testing.T) {
 	}
 	id := c.body["id"].(string)
 	before := ok(t, env, "withdrawals", "show", id, "--json")
+	var shown struct {
+		Revision int64 `json:"revision"`
+	}
+	if err := json.Unmarshal([]byte(before), &shown); err != nil {
+		t.Fatalf("withdrawals show --json: %v\n%s", err, before)
+	}
+	rev := shown.Revision
 
 	for _, verdict := range [][]string{{"--paid", "po_invented"}, {"--failed", "not at the provider"}} {
-		r := hg(t, env, append([]string{"payouts", "resolve", id, "--by", "alice@ops"}, verdict...)...)
+		r := hg(t, env, append([]string{"payouts", "resolve", id, "--by", "alice@ops", "--revision", fmt.Sprint(rev)}, verdict...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, "never sent to the payout provider") ||
 			!strings.Contains(r.stderr, "not resolvable") || strings.Contains(r.stdout, "finance will be told") {
 			t.Fatalf("resolve %v of a scheduled withdrawal: exit %d\nstdout: %s\nstderr: %s", verdict, r.code, r.stdout, r.stderr)

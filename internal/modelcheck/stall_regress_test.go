@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/internal/stall"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -197,11 +198,11 @@ func TestStallStaleResolutionNeverFailsAPayout(t *testing.T) {
 	staleResolution(t, true)
 }
 
-// The same resolution as hourglass payouts resolve sends it today: with no
-// revision, it is taken.
+// The same resolution naming no revision, as hourglass payouts resolve
+// sent it before: it was taken. The service now refuses any resolution
+// that does not name the revision judged (a validation error on
+// "revision"), and the CLI requires --revision.
 func TestStallStaleResolutionWithoutRevision(t *testing.T) {
-	t.Skip("defect (issue 21, open): hourglass payouts resolve sends no revision (Resolution.IfRevision), so a stale " +
-		"operator resolution settles as failed a withdrawal sent again and paid since the operator's read")
 	staleResolution(t, false)
 }
 
@@ -235,8 +236,13 @@ func staleResolution(t *testing.T, judged bool) {
 	w.s.LoseReply(c2)
 	w.finish(c2)
 	w.verify()
-	if err := w.s.Finish(op); judged && !errors.Is(err, withdrawal.ErrPreconditionFailed) {
+	err := w.s.Finish(op)
+	var verr *validation.Error
+	switch {
+	case judged && !errors.Is(err, withdrawal.ErrPreconditionFailed):
 		w.fatalf("a resolution judged on an older revision: %v, want a refusal", err)
+	case !judged && (!errors.As(err, &verr) || verr.Errors[0].Field != "revision"):
+		w.fatalf("a resolution naming no revision: %v, want a validation error on revision", err)
 	}
 	w.reap()
 	w.verify()

@@ -605,13 +605,18 @@ func (w *world) resolve(t *rapid.T, id string) {
 	}
 	r.MaxAttempts = maxAttempts
 	before, ferr := w.led.Find(context.Background(), id)
+	if ferr != nil {
+		w.logf("operator cannot read %s: %v", id, ferr)
+		return
+	}
+	r.IfRevision = &before.Revision
 	_, err := w.svc.Resolve(context.Background(), id, r)
 	w.logf("operator resolves %s %s: %v", id, r.Status, err)
 	if err != nil &&
 		!errors.Is(err, withdrawal.ErrNotResolvable) && !errors.Is(err, lostreply.ErrLost) {
 		t.Fatalf("resolve %s: %v", id, err)
 	}
-	if ferr == nil && before.NeverSent() {
+	if before.NeverSent() {
 		after, aerr := w.led.Find(context.Background(), id)
 		if err == nil || aerr != nil || after.Revision != before.Revision || after.Status != before.Status {
 			w.fatalf(t, "an operator's resolution of a withdrawal never sent: %v, %+v -> %+v %v", err, before, after, aerr)

@@ -252,8 +252,8 @@ type Resolution struct {
 	// IfRevision, if set, is the revision of the record the operator
 	// judged: the resolution is refused (ErrPreconditionFailed, nothing
 	// written) if the record moved since, say the payout step sent the
-	// request again and it may have paid. nil resolves the record as it
-	// stands.
+	// request again and it may have paid. Service.Resolve requires it;
+	// the ledger resolves the record as it stands when it is nil.
 	IfRevision *int64
 }
 

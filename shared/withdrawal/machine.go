@@ -325,13 +325,16 @@ func decideResolution(d *Decision, w Withdrawal, r Resolution) {
 		return
 	case w.Status == r.Status:
 		return // resolved so already
-	case r.IfRevision != nil && *r.IfRevision != w.Revision:
-		d.refuse(fmt.Errorf("withdrawal: %s is at revision %d, not %d as judged: %w", w.ID, w.Revision, *r.IfRevision,
-			ErrPreconditionFailed))
-		return
 	}
+	// What may not be resolved at all says why, whatever was judged; what
+	// may is resolved only on the revision judged.
 	if why := Unresolvable(w, r); why != "" {
 		d.refuse(fmt.Errorf("withdrawal: %s is not an operator's to resolve as %s: %s: %w", w.ID, r.Status, why, ErrNotResolvable))
+		return
+	}
+	if r.IfRevision != nil && *r.IfRevision != w.Revision {
+		d.refuse(fmt.Errorf("withdrawal: %s is at revision %d, not %d as judged: %w", w.ID, w.Revision, *r.IfRevision,
+			ErrPreconditionFailed))
 		return
 	}
 	n := d.change(r.At)

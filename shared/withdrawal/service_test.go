@@ -217,3 +217,37 @@ func TestListPagesAndCursor(t *testing.T) {
 		}
 	})
 }
+
+// TestResolveNamesTheRevisionJudged: an operator's verdict is about the
+// record as it was read; one that names no revision is refused before
+// anything is read or written.
+func TestResolveNamesTheRevisionJudged(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b, clock.NewFake(t0))
+		c, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := e.ledger.Find(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := withdrawal.Resolution{Status: withdrawal.Failed, Reason: "not at the provider", By: "ops", MaxAttempts: 3}
+		_, err = e.svc.Resolve(ctx, c.ID, r)
+		var verr *validation.Error
+		if !errors.As(err, &verr) || len(verr.Errors) != 1 || verr.Errors[0].Field != "revision" {
+			t.Fatalf("a resolution naming no revision: %v, want a validation error on revision", err)
+		}
+		// Named, it reaches the ledger, which says why a withdrawal never
+		// sent is not an operator's to settle, whatever revision was judged.
+		stale := before.Revision - 1
+		r.IfRevision = &stale
+		if _, err := e.svc.Resolve(ctx, c.ID, r); !errors.Is(err, withdrawal.ErrNotResolvable) {
+			t.Fatalf("a resolution of a scheduled withdrawal: %v, want ErrNotResolvable", err)
+		}
+		if after, err := e.ledger.Find(ctx, c.ID); err != nil || after.Revision != before.Revision || after.Status != before.Status {
+			t.Fatalf("refused resolutions changed the record: %+v -> %+v %v", before, after, err)
+		}
+	})
+}

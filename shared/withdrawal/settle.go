@@ -137,7 +137,9 @@ func printable(s string) bool {
 // outcome the system cannot settle itself (a call that may have paid, past
 // the provider's idempotency window, at a provider without a lookup), and
 // anything else Unresolvable names is refused with ErrNotResolvable and the
-// reason, nothing written.
+// reason, nothing written. r.IfRevision is required: the verdict is taken
+// only on the record the operator judged (ErrPreconditionFailed when it
+// moved).
 func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdrawal, error) {
 	var v validation.Error
 	switch r.Status {
@@ -154,6 +156,10 @@ func (s *Service) Resolve(ctx context.Context, id string, r Resolution) (Withdra
 	}
 	if r.By == "" || len(r.By) > 128 || !printable(r.By) {
 		v.Add("by", "must name the operator: 1 to 128 printable characters")
+	}
+	if r.IfRevision == nil {
+		v.Add("revision", "must name the revision of the withdrawal as judged (payouts unresolved lists it): "+
+			"a record that moved since, say sent again and paid, is not settled by a stale verdict")
 	}
 	if len(v.Errors) > 0 {
 		return Withdrawal{}, &v

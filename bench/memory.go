@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/correlation"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -107,7 +108,7 @@ func scheduleWithdrawals(ctx context.Context, rdb redis.UniversalClient, srv *se
 				// The record keeps the API request's id (API Gateway's are 16
 				// characters), as every record created through the API does.
 				rctx := correlation.With(ctx, fmt.Sprintf("Jb2lXhB%08dE=", i))
-				if _, err := svc.Create(rctx, user, "key-"+strconv.FormatInt(i, 10), body); err != nil {
+				if _, err := httpapi.CreateWithdrawal(rctx, svc, user, "key-"+strconv.FormatInt(i, 10), body); err != nil {
 					failed.Store(err)
 					return
 				}

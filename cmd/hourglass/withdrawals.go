@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -27,7 +28,7 @@ func withdrawalsCmd() *cobra.Command {
 // operatorView is a withdrawal as operators see it: the API's fields and
 // the internal ones (the full last error, who rescheduled or resolved it).
 type operatorView struct {
-	withdrawal.View
+	httpapi.View
 	UserID           string `json:"user_id"`
 	Revision         int64  `json:"revision"`
 	MayHavePaid      bool   `json:"may_have_paid"`
@@ -42,7 +43,7 @@ type operatorView struct {
 }
 
 func viewOf(w withdrawal.Withdrawal) operatorView {
-	v := operatorView{View: w.View(), UserID: w.UserID, Revision: w.Revision, MayHavePaid: w.MaybePaid,
+	v := operatorView{View: httpapi.ViewOf(w), UserID: w.UserID, Revision: w.Revision, MayHavePaid: w.MaybePaid,
 		FullLastError: w.LastError, RequestID: w.RequestID, RescheduledBy: w.RescheduledBy,
 		RescheduleReason: w.RescheduleReason, ResolvedBy: w.ResolvedBy}
 	v.Status = w.Status // the ledger's status, not the one the user is shown

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hourglass/hourglass/internal/stall"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -45,7 +46,7 @@ func TestStallTakeoverAfterAPaymentNeverCancels(t *testing.T) {
 			w.keys = append(w.keys, creation{key: "k-0", user: "ann",
 				body: `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":0}`})
 			w.finish(w.spawn("create", func(ctx context.Context) error {
-				_, err := w.svc.Create(ctx, "ann", "k-0", []byte(w.keys[0].body))
+				_, err := httpapi.CreateWithdrawal(ctx, w.svc, "ann", "k-0", []byte(w.keys[0].body))
 				return err
 			}))
 			id := w.only()
@@ -109,7 +110,7 @@ func (w *sworld) createOne() string {
 	w.keys = append(w.keys, creation{key: "k-0", user: "ann",
 		body: `{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":0}`})
 	w.finish(w.spawn("create", func(ctx context.Context) error {
-		_, err := w.svc.Create(ctx, "ann", "k-0", []byte(w.keys[0].body))
+		_, err := httpapi.CreateWithdrawal(ctx, w.svc, "ann", "k-0", []byte(w.keys[0].body))
 		return err
 	}))
 	return w.only()

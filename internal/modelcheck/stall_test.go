@@ -76,6 +76,7 @@ import (
 	"github.com/hourglass/hourglass/internal/stall"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/poller"
@@ -611,7 +612,7 @@ func (w *sworld) create(t *rapid.T) {
 		w.keys = append(w.keys, c)
 	}
 	w.maybeFinish(t, w.spawn("create", func(ctx context.Context) error {
-		got, err := w.svc.Create(ctx, c.user, c.key, []byte(c.body))
+		got, err := httpapi.CreateWithdrawal(ctx, w.svc, c.user, c.key, []byte(c.body))
 		if err == nil {
 			// Read by the checker once the actor ended (one runs at a time).
 			w.answered(c.key, got.ID)
@@ -671,7 +672,7 @@ func (w *sworld) reschedule(t *rapid.T) {
 		ifMatch, rev = withdrawal.ETagOf(id, cur.Revision-1), cur.Revision-1
 	}
 	w.maybeFinish(t, w.spawn("reschedule", func(ctx context.Context) error {
-		got, err := w.svc.Reschedule(ctx, user, id, []byte(body), ifMatch)
+		got, err := httpapi.RescheduleWithdrawal(ctx, w.svc, user, id, []byte(body), ifMatch)
 		switch {
 		case err == nil && ifMatch != "":
 			w.stats.seen("", "reschedule: if-match admitted")

@@ -27,6 +27,7 @@ import (
 	"github.com/hourglass/hourglass/internal/lostreply"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/payout"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -327,7 +328,7 @@ func (w *world) create(t *rapid.T) {
 	w.armLoss("create-loss")
 	// An unknown answer is retried with the same key, as the app does.
 	for range 4 {
-		c, err := w.svc.Create(context.Background(), user, key, []byte(body))
+		c, err := httpapi.CreateWithdrawal(context.Background(), w.svc, user, key, []byte(body))
 		w.logf("create %s delay %ds: %s %v", user, delay, c.ID, err)
 		if err == nil {
 			if !slices.Contains(w.ids, c.ID) {
@@ -381,7 +382,7 @@ func (w *world) reschedule(t *rapid.T) {
 	match := rapid.SampledFrom([]string{"", "current", "stale"}).Draw(t, "if-match")
 	ifMatch := map[string]string{"": "", "current": cur.ETag(), "stale": withdrawal.ETagOf(id, cur.Revision-1)}[match]
 	w.armLoss("reschedule-loss")
-	got, err := w.svc.Reschedule(ctx, w.user[id], id, []byte(body), ifMatch)
+	got, err := httpapi.RescheduleWithdrawal(ctx, w.svc, w.user[id], id, []byte(body), ifMatch)
 	w.lose.Disarm()
 	w.logf("reschedule %s to %s (if-match %s): %s due %s %v", id, body, match, got.Status, got.DueAt.Sub(t0), err)
 	after, ferr := w.led.Find(ctx, id)

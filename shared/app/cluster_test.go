@@ -25,6 +25,7 @@ import (
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/consumer"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/seckill"
@@ -164,12 +165,12 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 			if i%4 == 0 { // due in an hour, then rescheduled to now: the script runs on the shard's slot
 				body = strings.Replace(body, `"delay_seconds":0`, `"delay_seconds":3600`, 1)
 			}
-			cr, err := a.Service.Create(ctx, user, "key-"+strconv.Itoa(i), []byte(body))
+			cr, err := httpapi.CreateWithdrawal(ctx, a.Service, user, "key-"+strconv.Itoa(i), []byte(body))
 			if err != nil {
 				return fmt.Errorf("create %d for %s: %w", i, user, err)
 			}
 			if i%4 == 0 {
-				if _, err := a.Service.Reschedule(ctx, user, cr.ID, []byte(`{"delay_seconds":0}`), cr.ETag); err != nil {
+				if _, err := httpapi.RescheduleWithdrawal(ctx, a.Service, user, cr.ID, []byte(`{"delay_seconds":0}`), cr.ETag()); err != nil {
 					return fmt.Errorf("reschedule %d for %s: %w", i, user, err)
 				}
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -276,7 +277,7 @@ func TestOneRequestIDFollowsAWithdrawal(t *testing.T) {
 			if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted {
 				t.Fatalf("create: %d %s", resp.StatusCode, resp.Body)
 			}
-			var v withdrawal.View
+			var v httpapi.View
 			if err := json.Unmarshal([]byte(resp.Body), &v); err != nil {
 				t.Fatal(err)
 			}

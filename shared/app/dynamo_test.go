@@ -27,6 +27,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -302,7 +303,7 @@ func TestDynamoLedgerSurvivesRedisDataLoss(t *testing.T) {
 			for i := w; i < n; i += 4 {
 				user := fmt.Sprintf("user-%d", i%37)
 				body := fmt.Sprintf(`{"amount":"%d.25","currency":"USD","destination":"acct_%d","delay_seconds":%d}`, 1+i%90, i, rand.IntN(4))
-				c, err := s.a.Service.Create(context.Background(), user, fmt.Sprintf("key-%d", i), []byte(body))
+				c, err := httpapi.CreateWithdrawal(context.Background(), s.a.Service, user, fmt.Sprintf("key-%d", i), []byte(body))
 				if err != nil {
 					t.Errorf("create %d: %v", i, err)
 					return
@@ -599,7 +600,7 @@ func TestDynamoLongDelayWaitsInTheLedger(t *testing.T) {
 	ctx := context.Background()
 
 	due := dynT0.Add(72*time.Hour + 123*time.Millisecond) // 2026-12-02T10:00:00.373Z
-	c, err := e.svc.Create(ctx, "alice", "long-1", []byte(fmt.Sprintf(
+	c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "long-1", []byte(fmt.Sprintf(
 		`{"amount":"300.00","currency":"EUR","destination":"iban_77","process_at":%q}`, clock.Format(due))))
 	if err != nil {
 		t.Fatal(err)
@@ -680,20 +681,20 @@ func TestDynamoCreateWhileRedisIsDown(t *testing.T) {
 	ctx := context.Background()
 
 	s.redis.Kill()
-	c, err := s.a.Service.Create(ctx, "alice", "down-1", []byte(`{"amount":"42.00","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
+	c, err := httpapi.CreateWithdrawal(ctx, s.a.Service, "alice", "down-1", []byte(`{"amount":"42.00","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
 	if err != nil {
 		t.Fatalf("create with Redis down: %v; the dynamodb ledger accepts without Redis", err)
 	}
-	var v withdrawal.View
-	if err := json.Unmarshal(c.Body, &v); err != nil || v.ID != c.ID || v.Status != withdrawal.Scheduled {
-		t.Fatalf("response %s (%v)", c.Body, err)
+	var v httpapi.View
+	if err := json.Unmarshal(viewJSON(t, c), &v); err != nil || v.ID != c.ID || v.Status != withdrawal.Scheduled {
+		t.Fatalf("response %s (%v)", viewJSON(t, c), err)
 	}
 	w, err := s.a.Service.Get(ctx, "alice", c.ID)
 	if err != nil || w.Status != withdrawal.Scheduled {
 		t.Fatalf("ledger has %+v %v", w, err)
 	}
 	// The replay is answered from DynamoDB alone too.
-	again, err := s.a.Service.Create(ctx, "alice", "down-1", []byte(`{"amount":"42.00","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
+	again, err := httpapi.CreateWithdrawal(ctx, s.a.Service, "alice", "down-1", []byte(`{"amount":"42.00","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
 	if err != nil || !again.Replayed || again.ID != c.ID {
 		t.Fatalf("replay with Redis down: %+v %v", again, err)
 	}
@@ -769,7 +770,7 @@ func TestDynamoCrashAfterRecordBeforeKeyCompletion(t *testing.T) {
 
 	dying := crashedLedger{ledger.NewDynamo(failingKeyCompletion{db.Client(), e.tables.Idempotency}, e.tables, e.queue,
 		ledger.DynamoOptions{Logger: discardLogger()})}
-	if _, err := e.service(t, dying).Create(ctx, "alice", "crash-1", body); !errors.Is(err, errInjected) {
+	if _, err := httpapi.CreateWithdrawal(ctx, e.service(t, dying), "alice", "crash-1", body); !errors.Is(err, errInjected) {
 		t.Fatalf("dying create: %v, want the injected failure", err)
 	}
 	page, err := e.svc.List(ctx, "alice", 10, "")
@@ -782,16 +783,16 @@ func TestDynamoCrashAfterRecordBeforeKeyCompletion(t *testing.T) {
 	}
 
 	// The retry while the dead request's lock holds: in flight (409).
-	if _, err := e.svc.Create(ctx, "alice", "crash-1", body); !errors.Is(err, withdrawal.ErrIdempotencyInFlight) {
+	if _, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "crash-1", body); !errors.Is(err, withdrawal.ErrIdempotencyInFlight) {
 		t.Fatalf("retry within the lock: %v, want ErrIdempotencyInFlight", err)
 	}
 	clk.Advance(withdrawal.DefaultKeyLock + time.Second)
-	c, err := e.svc.Create(ctx, "alice", "crash-1", body)
+	c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "crash-1", body)
 	if err != nil || c.Replayed || c.ID != orphan.ID {
 		t.Fatalf("retry after the lock: %+v %v, want the crashed create's withdrawal %s", c, err, orphan.ID)
 	}
-	again, err := e.svc.Create(ctx, "alice", "crash-1", body)
-	if err != nil || !again.Replayed || again.ID != orphan.ID || string(again.Body) != string(c.Body) {
+	again, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "crash-1", body)
+	if err != nil || !again.Replayed || again.ID != orphan.ID || string(viewJSON(t, again)) != string(viewJSON(t, c)) {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
 	page, err = e.svc.List(ctx, "alice", 10, "")
@@ -835,18 +836,18 @@ func TestDynamoFailedKeyCompletionMakesOneWithdrawal(t *testing.T) {
 
 	flaky := ledger.NewDynamo(failingKeyCompletion{db.Client(), e.tables.Idempotency}, e.tables, e.queue,
 		ledger.DynamoOptions{Logger: discardLogger()})
-	if _, err := e.service(t, flaky).Create(ctx, "alice", "flaky-1", body); !errors.Is(err, errInjected) {
+	if _, err := httpapi.CreateWithdrawal(ctx, e.service(t, flaky), "alice", "flaky-1", body); !errors.Is(err, errInjected) {
 		t.Fatalf("failing create: %v, want the injected failure", err)
 	}
 	// The client retries its request with the same key.
 	clk.Advance(time.Second)
-	c, err := e.svc.Create(ctx, "alice", "flaky-1", body)
+	c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "flaky-1", body)
 	if err != nil && !errors.Is(err, withdrawal.ErrIdempotencyInFlight) {
 		t.Fatal(err)
 	}
 	if err != nil { // in flight: retry after the lock
 		clk.Advance(withdrawal.DefaultKeyLock)
-		if c, err = e.svc.Create(ctx, "alice", "flaky-1", body); err != nil {
+		if c, err = httpapi.CreateWithdrawal(ctx, e.svc, "alice", "flaky-1", body); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -884,7 +885,7 @@ func TestDynamoCrashRetryAnswersTheStoredRecord(t *testing.T) {
 
 	dying := crashedLedger{ledger.NewDynamo(failingKeyCompletion{db.Client(), e.tables.Idempotency}, e.tables, e.queue,
 		ledger.DynamoOptions{Logger: discardLogger()})}
-	if _, err := e.service(t, dying).Create(ctx, "alice", "crash-2", body); !errors.Is(err, errInjected) {
+	if _, err := httpapi.CreateWithdrawal(ctx, e.service(t, dying), "alice", "crash-2", body); !errors.Is(err, errInjected) {
 		t.Fatalf("dying create: %v, want the injected failure", err)
 	}
 	page, err := e.svc.List(ctx, "alice", 10, "")
@@ -893,12 +894,12 @@ func TestDynamoCrashRetryAnswersTheStoredRecord(t *testing.T) {
 	}
 	stored := page.Items[0]
 	clk.Advance(withdrawal.DefaultKeyLock + time.Second)
-	c, err := e.svc.Create(ctx, "alice", "crash-2", body)
+	c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "crash-2", body)
 	if err != nil || c.ID != stored.ID {
 		t.Fatalf("retry after the lock: %+v %v, want %s", c, err, stored.ID)
 	}
-	var v withdrawal.View
-	if err := json.Unmarshal(c.Body, &v); err != nil {
+	var v httpapi.View
+	if err := json.Unmarshal(viewJSON(t, c), &v); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.svc.Get(ctx, "alice", stored.ID)
@@ -937,7 +938,7 @@ func TestDynamoReconcileRepairsMoreThanAPage(t *testing.T) {
 					delay = 2*3600 + i
 				}
 				user := fmt.Sprintf("user-%d", i%23)
-				c, err := e.svc.Create(ctx, user, fmt.Sprintf("k-%d", i),
+				c, err := httpapi.CreateWithdrawal(ctx, e.svc, user, fmt.Sprintf("k-%d", i),
 					[]byte(fmt.Sprintf(`{"amount":"500","currency":"JPY","destination":"d%d","delay_seconds":%d}`, i, delay)))
 				if err != nil {
 					t.Errorf("create %d: %v", i, err)
@@ -993,12 +994,12 @@ func TestDynamoRescheduleAcrossTheHorizon(t *testing.T) {
 	clk := clock.NewFake(dynT0)
 	e := newDynLedgerEnv(t, db, clk, nil)
 	ctx := context.Background()
-	c, err := e.svc.Create(ctx, "alice", "k", []byte(`{"amount":"1.00","currency":"EUR","destination":"d","delay_seconds":60}`))
+	c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k", []byte(`{"amount":"1.00","currency":"EUR","destination":"d","delay_seconds":60}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	far := dynT0.Add(48*time.Hour + 5*time.Millisecond)
-	w, err := e.svc.Reschedule(ctx, "alice", c.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(far))), c.ETag)
+	w, err := httpapi.RescheduleWithdrawal(ctx, e.svc, "alice", c.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(far))), c.ETag())
 	if err != nil || !w.DueAt.Equal(far) {
 		t.Fatalf("reschedule beyond the horizon: %+v %v", w, err)
 	}
@@ -1011,17 +1012,27 @@ func TestDynamoRescheduleAcrossTheHorizon(t *testing.T) {
 	}
 	near := clk.Now().Add(time.Minute)
 	clk.Set(dynT0)
-	c2, err := e.svc.Create(ctx, "bob", "k", []byte(fmt.Sprintf(`{"amount":"1.00","currency":"EUR","destination":"d","process_at":%q}`,
+	c2, err := httpapi.CreateWithdrawal(ctx, e.svc, "bob", "k", []byte(fmt.Sprintf(`{"amount":"1.00","currency":"EUR","destination":"d","process_at":%q}`,
 		clock.Format(dynT0.Add(72*time.Hour)))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk.Set(near.Add(-time.Minute))
-	w2, err := e.svc.Reschedule(ctx, "bob", c2.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(near))), "")
+	w2, err := httpapi.RescheduleWithdrawal(ctx, e.svc, "bob", c2.ID, []byte(fmt.Sprintf(`{"process_at":%q}`, clock.Format(near))), "")
 	if err != nil || !e.holds(t, w2) {
 		t.Fatalf("reschedule into the horizon: %+v %v, held %v", w2, err, e.holds(t, w2))
 	}
 	if score, err := e.rdb.ZScore(ctx, e.queue.Keys(w2.Shard).Due, w2.ID).Result(); err != nil || int64(score) != near.UnixMilli() {
 		t.Fatalf("due score %v (%v), want %d", int64(score), err, near.UnixMilli())
 	}
+}
+
+// viewJSON is the body the API answers a create with.
+func viewJSON(t *testing.T, c withdrawal.Created) []byte {
+	t.Helper()
+	b, err := json.Marshal(httpapi.ViewOf(c.Withdrawal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/internal/dynalitetest"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -114,7 +115,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 				{"unconfirmed", 409, withdrawal.Processing, withdrawal.ReasonUnconfirmed},
 			} {
 				answers[tc.user] = tc.status
-				c, err := a.Service.Create(ctx, tc.user, "key-"+tc.user,
+				c, err := httpapi.CreateWithdrawal(ctx, a.Service, tc.user, "key-"+tc.user,
 					[]byte(`{"amount":"88.80","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
 				if err != nil {
 					t.Fatal(err)
@@ -143,7 +144,7 @@ func TestProviderErrorsStayInternal(t *testing.T) {
 						}
 					}
 				}
-				var v withdrawal.View
+				var v httpapi.View
 				if err := json.Unmarshal([]byte(get.Body), &v); err != nil {
 					t.Fatal(err)
 				}
@@ -181,7 +182,7 @@ func TestDynamoCreateFailsClosedWithoutRateLimit(t *testing.T) {
 	if created.StatusCode != 202 {
 		t.Fatalf("create with Redis up: %d %s", created.StatusCode, created.Body)
 	}
-	var v withdrawal.View
+	var v httpapi.View
 	if err := json.Unmarshal([]byte(created.Body), &v); err != nil {
 		t.Fatal(err)
 	}

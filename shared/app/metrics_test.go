@@ -12,6 +12,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 )
 
 // syncBuffer is a bytes.Buffer safe for the poller's goroutines.
@@ -51,7 +52,7 @@ func TestPollerEmitsTheDashboardMetrics(t *testing.T) {
 	if _, err := a.Seckill.Purchase(ctx, "phone", "alice", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Service.Create(ctx, "alice", "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`)); err != nil {
+	if _, err := httpapi.CreateWithdrawal(ctx, a.Service, "alice", "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`)); err != nil {
 		t.Fatal(err)
 	}
 	p, err := a.Poller(discard{}, true)

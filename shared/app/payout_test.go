@@ -17,6 +17,7 @@ import (
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -99,7 +100,7 @@ func wireStack(t *testing.T, a *app.App, prov *fakes.Provider, fin *fakes.Financ
 
 func (s *stack) create(t *testing.T, user string) string {
 	t.Helper()
-	c, err := s.a.Service.Create(context.Background(), user, "key-"+user,
+	c, err := httpapi.CreateWithdrawal(context.Background(), s.a.Service, user, "key-"+user,
 		[]byte(`{"amount":"88.80","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/hourglass/hourglass/internal/fakes"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -78,7 +79,7 @@ func TestPaidButAnsweredLateIsNotCancellable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := w.View().Status; st != withdrawal.Processing {
+	if st := httpapi.ViewOf(w).Status; st != withdrawal.Processing {
 		t.Fatalf("after a call that may have paid the user sees %s, want processing", st)
 	}
 	if got, err := s.a.Service.Cancel(ctx, "alice", id); !errors.Is(err, withdrawal.ErrNotCancellable) {

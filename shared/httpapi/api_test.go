@@ -323,9 +323,9 @@ func decodeStrict(t *testing.T, body string, v any) []string {
 }
 
 // wantView checks a withdrawal body: every SPEC field, times in API format.
-func wantView(t *testing.T, body string) withdrawal.View {
+func wantView(t *testing.T, body string) httpapi.View {
 	t.Helper()
-	var v withdrawal.View
+	var v httpapi.View
 	if diff := cmp.Diff(viewFields, decodeStrict(t, body, &v)); diff != "" {
 		t.Errorf("withdrawal fields (-want +got):\n%s", diff)
 	}
@@ -363,7 +363,7 @@ func wantJSON(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int) {
 }
 
 // create posts the create fixture with mods and wants 202.
-func (s *stack) create(t *testing.T, mods ...mod) (withdrawal.View, events.APIGatewayV2HTTPResponse) {
+func (s *stack) create(t *testing.T, mods ...mod) (httpapi.View, events.APIGatewayV2HTTPResponse) {
 	t.Helper()
 	resp := s.invoke(t, payload(t, "withdrawal-create", "", mods...))
 	wantJSON(t, resp, 202)
@@ -375,8 +375,8 @@ func (s *stack) create(t *testing.T, mods ...mod) (withdrawal.View, events.APIGa
 }
 
 type listBody struct {
-	Items      []withdrawal.View `json:"items"`
-	NextCursor string            `json:"next_cursor"`
+	Items      []httpapi.View `json:"items"`
+	NextCursor string         `json:"next_cursor"`
 }
 
 func (s *stack) list(t *testing.T, mods ...mod) listBody {
@@ -391,7 +391,7 @@ func (s *stack) list(t *testing.T, mods ...mod) listBody {
 	return l
 }
 
-func ids(vs []withdrawal.View) []string {
+func ids(vs []httpapi.View) []string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
 		out[i] = v.ID
@@ -570,7 +570,7 @@ func TestFixtures(t *testing.T) {
 		if createdAt.Before(before) || createdAt.After(after) {
 			t.Errorf("created_at %s outside the request [%s, %s]", created.CreatedAt, before, after)
 		}
-		want := withdrawal.View{
+		want := httpapi.View{
 			ID: created.ID, Status: withdrawal.Scheduled, Amount: "125.50", Currency: "CNY", Destination: "bank_6222",
 			DueAt: clock.Format(createdAt.Add(1800 * time.Second)), CreatedAt: created.CreatedAt, UpdatedAt: created.CreatedAt,
 		}
@@ -595,7 +595,7 @@ func TestFixtures(t *testing.T) {
 		wantJSON(t, resp, 200)
 		var page listBody
 		decodeStrict(t, resp.Body, &page)
-		if diff := cmp.Diff([]withdrawal.View{third, second, created}, page.Items); diff != "" {
+		if diff := cmp.Diff([]httpapi.View{third, second, created}, page.Items); diff != "" {
 			t.Errorf("list, newest first (-want +got):\n%s", diff)
 		}
 		if page.NextCursor != "" {
@@ -629,7 +629,7 @@ func TestFixtures(t *testing.T) {
 		if parseTime(t, cancelled.UpdatedAt).Before(createdAt) {
 			t.Errorf("updated_at %s before created_at %s", cancelled.UpdatedAt, created.CreatedAt)
 		}
-		if diff := cmp.Diff(created, cancelled, cmpopts.IgnoreFields(withdrawal.View{}, "Status", "UpdatedAt")); diff != "" {
+		if diff := cmp.Diff(created, cancelled, cmpopts.IgnoreFields(httpapi.View{}, "Status", "UpdatedAt")); diff != "" {
 			t.Errorf("cancel changed more than status and updated_at (-created +cancelled):\n%s", diff)
 		}
 		resp = s.invoke(t, rawFixtureFor(t, "withdrawal-cancel", created.ID))
@@ -763,7 +763,7 @@ func TestCreateAccepts(t *testing.T) {
 		mods []mod
 		// who reads the withdrawal back.
 		who      mod
-		checkDue func(t *testing.T, v withdrawal.View)
+		checkDue func(t *testing.T, v httpapi.View)
 	}{
 		{name: "base64-encoded body", mods: []mod{base64Body([]byte(`{"amount":"1.50","currency":"USD","destination":"b64","delay_seconds":5}`))}},
 		{name: "content type with charset", mods: []mod{header("content-type", "application/json; charset=utf-8")}},
@@ -777,7 +777,7 @@ func TestCreateAccepts(t *testing.T) {
 		{
 			name: "process_at",
 			mods: []mod{body(`{"amount":"3","currency":"CNY","destination":"at","process_at":"` + future.Format(time.RFC3339Nano) + `"}`)},
-			checkDue: func(t *testing.T, v withdrawal.View) {
+			checkDue: func(t *testing.T, v httpapi.View) {
 				if v.DueAt != clock.Format(future) {
 					t.Errorf("due_at %s, want %s", v.DueAt, clock.Format(future))
 				}
@@ -786,7 +786,7 @@ func TestCreateAccepts(t *testing.T) {
 		{
 			name: "default delay",
 			mods: []mod{body(`{"amount":"3","currency":"CNY","destination":"default"}`)},
-			checkDue: func(t *testing.T, v withdrawal.View) {
+			checkDue: func(t *testing.T, v httpapi.View) {
 				if d := parseTime(t, v.DueAt).Sub(parseTime(t, v.CreatedAt)); d != 30*time.Minute {
 					t.Errorf("due_at - created_at = %s, want the default 30m", d)
 				}
@@ -1177,13 +1177,13 @@ func reserve(t *testing.T, s *stack, user, key, body string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := rules.Parse([]byte(body), now)
+	req, err := httpapi.ParseWithdrawal(rules, []byte(body))
 	if err != nil {
 		t.Fatalf("parse %s: %v", body, err)
 	}
 	st, err := s.app.Ledger.Reserve(context.Background(), withdrawal.Reservation{
 		Key:         withdrawal.IdemKey{UserID: user, Key: key, Shard: s.app.Withdrawals.ShardFor(user)},
-		Fingerprint: req.Fingerprint,
+		Fingerprint: req.Fingerprint(),
 		ID:          withdrawal.NewID(now),
 		Now:         now,
 		LockUntil:   now.Add(time.Minute),

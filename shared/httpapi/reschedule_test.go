@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/hourglass/hourglass/shared/clock"
-	"github.com/hourglass/hourglass/shared/withdrawal"
+	"github.com/hourglass/hourglass/shared/httpapi"
 )
 
 // TestRescheduleAndETags walks one withdrawal through PATCH with and
@@ -57,7 +57,7 @@ func TestRescheduleAndETags(t *testing.T) {
 		if due.Before(before.Add(600*time.Second)) || due.After(after.Add(600*time.Second)) {
 			t.Errorf("due_at %s, want 600 s after the request [%s, %s]", v.DueAt, before, after)
 		}
-		if diff := cmp.Diff(created, v, cmpopts.IgnoreFields(withdrawal.View{}, "DueAt", "UpdatedAt")); diff != "" {
+		if diff := cmp.Diff(created, v, cmpopts.IgnoreFields(httpapi.View{}, "DueAt", "UpdatedAt")); diff != "" {
 			t.Errorf("reschedule changed more than due_at and updated_at (-created +rescheduled):\n%s", diff)
 		}
 		fresh("reschedule", resp.Headers["ETag"])

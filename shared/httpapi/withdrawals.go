@@ -41,13 +41,16 @@ func (h Withdrawals) Register(rt *Router) {
 }
 
 func (h Withdrawals) create(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	c, err := h.Service.Create(ctx, r.UserID, r.Header("idempotency-key"), r.Body)
+	c, err := CreateWithdrawal(ctx, h.Service, r.UserID, r.Header("idempotency-key"), r.Body)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	resp := RawJSON(http.StatusAccepted, c.Body)
+	resp, err := JSON(http.StatusAccepted, ViewOf(c.Withdrawal))
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
 	resp.Headers["Location"] = "/v1/withdrawals/" + c.ID
-	resp.Headers["ETag"] = c.ETag
+	resp.Headers["ETag"] = c.ETag()
 	if c.Replayed {
 		resp.Headers["Idempotent-Replayed"] = "true"
 	}
@@ -64,7 +67,7 @@ func (h Withdrawals) get(ctx context.Context, r *Request) (events.APIGatewayV2HT
 
 // withdrawalJSON answers 200 with w and its ETag.
 func withdrawalJSON(w withdrawal.Withdrawal) (events.APIGatewayV2HTTPResponse, error) {
-	resp, err := JSON(http.StatusOK, w.View())
+	resp, err := JSON(http.StatusOK, ViewOf(w))
 	if err == nil {
 		resp.Headers["ETag"] = w.ETag()
 	}
@@ -72,8 +75,8 @@ func withdrawalJSON(w withdrawal.Withdrawal) (events.APIGatewayV2HTTPResponse, e
 }
 
 type listBody struct {
-	Items      []withdrawal.View `json:"items"`
-	NextCursor string            `json:"next_cursor,omitempty"`
+	Items      []View `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 func (h Withdrawals) list(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
@@ -89,9 +92,9 @@ func (h Withdrawals) list(ctx context.Context, r *Request) (events.APIGatewayV2H
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	body := listBody{Items: make([]withdrawal.View, len(page.Items)), NextCursor: page.Next}
+	body := listBody{Items: make([]View, len(page.Items)), NextCursor: page.Next}
 	for i, w := range page.Items {
-		body.Items[i] = w.View()
+		body.Items[i] = ViewOf(w)
 	}
 	return JSON(http.StatusOK, body)
 }
@@ -109,7 +112,7 @@ func (h Withdrawals) cancel(ctx context.Context, r *Request) (events.APIGatewayV
 }
 
 func (h Withdrawals) reschedule(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	w, err := h.Service.Reschedule(ctx, r.UserID, r.Params["id"], r.Body, r.Header("if-match"))
+	w, err := RescheduleWithdrawal(ctx, h.Service, r.UserID, r.Params["id"], r.Body, r.Header("if-match"))
 	switch {
 	case errors.Is(err, withdrawal.ErrPreconditionFailed):
 		p := NewProblem(http.StatusPreconditionFailed, CodePreconditionFailed,

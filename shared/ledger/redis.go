@@ -122,7 +122,7 @@ func (l *Redis) Reserve(ctx context.Context, r withdrawal.Reservation) (withdraw
 	if err != nil {
 		return withdrawal.KeyState{}, fmt.Errorf("ledger: first answer of %s: %w", st.ID, err)
 	}
-	if st.Response, err = withdrawal.CreatedBody(w.AsCreated(time.UnixMilli(dueMS).UTC())); err != nil {
+	if st.Response, err = withdrawal.EncodeCreated(w.AsCreated(time.UnixMilli(dueMS).UTC())); err != nil {
 		return withdrawal.KeyState{}, err
 	}
 	return st, nil
@@ -146,7 +146,8 @@ func (l *Redis) Release(ctx context.Context, key withdrawal.IdemKey, id string, 
 }
 
 // Create implements withdrawal.Ledger. The response is not kept: it is
-// w's view (withdrawal.CreatedBody), which Reserve rebuilds from the record.
+// the created withdrawal (withdrawal.EncodeCreated), which Reserve rebuilds
+// from the record.
 func (l *Redis) Create(ctx context.Context, w withdrawal.Withdrawal, key withdrawal.IdemKey, _ []byte) error {
 	k, err := l.shardKeys(w.Shard)
 	if err != nil {

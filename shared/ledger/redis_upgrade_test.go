@@ -111,7 +111,7 @@ func TestFirstLayoutIsRead(t *testing.T) {
 		if st, err := l.Reserve(ctx, reservation(pkey, fp, w.ID, t0)); err != nil || st.Phase != withdrawal.KeyAcquired {
 			t.Fatalf("a first-layout reservation, its own request: %+v %v", st, err)
 		}
-		body, _ := withdrawal.CreatedBody(w)
+		body, _ := withdrawal.EncodeCreated(w)
 		if err := l.Create(ctx, w, pkey, body); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -149,7 +150,7 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 	)
 	for i := range n {
 		user := fmt.Sprintf("user-%d", i)
-		c, err := svc.Create(ctx, user, "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`))
+		c, err := httpapi.CreateWithdrawal(ctx, svc, user, "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func raceReschedules(t *testing.T, led withdrawal.Ledger, q *delayq.Queue) {
 					ahead := time.Duration(rand.IntN(150)) * time.Millisecond
 					asked := time.Now().Add(ahead + time.Millisecond).Truncate(time.Millisecond)
 					body := fmt.Sprintf(`{"process_at":%q}`, clock.Format(asked))
-					w, err := svc.Reschedule(ctx, user, c.ID, []byte(body), "")
+					w, err := httpapi.RescheduleWithdrawal(ctx, svc, user, c.ID, []byte(body), "")
 					answered := time.Now()
 					mu.Lock()
 					answers = append(answers, answer{id: c.ID, asked: asked, answered: answered, w: w, err: err})

@@ -20,6 +20,7 @@ import (
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/localstack"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -317,7 +318,7 @@ func TestCancelRacingWithThePollersClaim(t *testing.T) {
 			var cancelled, paid []string
 			afterClaim := 0 // cancelled while the job was already claimed and handed over
 			for i := range rounds {
-				c, err := s.app.Service.Create(ctx, raceUser, fmt.Sprintf("race-%d", i),
+				c, err := httpapi.CreateWithdrawal(ctx, s.app.Service, raceUser, fmt.Sprintf("race-%d", i),
 					[]byte(`{"amount":"10.00","currency":"CNY","destination":"bank_6222","delay_seconds":0}`))
 				if err != nil {
 					t.Fatalf("create %d: %v", i, err)

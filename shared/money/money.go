@@ -100,24 +100,47 @@ func (r Rules) Parse(verr *validation.Error, raw map[string]json.RawMessage, amo
 		verr.Add(currencyField, "must be one of %s", strings.Join(r.Currencies, ", "))
 		currencyOK = false
 	}
+	if amountOK {
+		if amountRe.MatchString(text) {
+			amount = decimal.RequireFromString(text)
+		} else {
+			verr.Add(amountField, "must be a decimal string such as \"125.50\"")
+			amountOK = false
+		}
+	}
+	ok = r.check(verr, amount, amountOK, currency, currencyOK, amountField, currencyField)
 	if !amountOK {
-		return decimal.Decimal{}, currency, true, false
+		amount = decimal.Decimal{}
 	}
-	m := amountRe.FindStringSubmatch(text)
-	if m == nil {
-		verr.Add(amountField, "must be a decimal string such as \"125.50\"")
-		return decimal.Decimal{}, currency, true, false
+	return amount, currency, true, ok
+}
+
+// CheckAmount adds to verr, under amountField and currencyField, what
+// breaks a rule of Parse in an amount and currency already typed, and
+// reports whether both are valid.
+func (r Rules) CheckAmount(verr *validation.Error, amount decimal.Decimal, currency, amountField, currencyField string) bool {
+	return r.check(verr, amount, true, currency, true, amountField, currencyField)
+}
+
+// check is CheckAmount of the parts that could be read (amountOK,
+// currencyOK).
+func (r Rules) check(verr *validation.Error, amount decimal.Decimal, amountOK bool, currency string, currencyOK bool, amountField, currencyField string) bool {
+	if currencyOK && !r.Accepts(currency) {
+		verr.Add(currencyField, "must be one of %s", strings.Join(r.Currencies, ", "))
+		currencyOK = false
 	}
-	amount = decimal.RequireFromString(text)
+	if !amountOK {
+		return false
+	}
 	switch {
 	case !amount.IsPositive():
 		verr.Add(amountField, "must be greater than 0")
 	case amount.GreaterThan(r.Max):
 		verr.Add(amountField, "must be at most %s", r.Max.String())
-	case currencyOK && int32(len(m[3])) > minorDigits[currency]:
+	case currencyOK && -amount.Exponent() > minorDigits[currency]:
 		verr.Add(amountField, "%s allows at most %d decimal places", currency, minorDigits[currency])
 	default:
-		return amount, currency, true, currencyOK
+		return currencyOK
 	}
-	return amount, currency, true, false
+	return false
 }

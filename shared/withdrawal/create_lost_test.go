@@ -8,6 +8,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -48,11 +49,11 @@ func TestCreateLandedThenKeyReadFailedIsNotExists(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = svc.Create(ctx, "alice", "k1", []byte(body))
+		_, err = httpapi.CreateWithdrawal(ctx, svc, "alice", "k1", []byte(body))
 		if errors.Is(err, withdrawal.ErrExists) || !errors.Is(err, errStoreDown) {
 			t.Fatalf("create: %v, want the key read's failure, not ErrExists", err)
 		}
-		replay, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		replay, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1", []byte(body))
 		if err != nil || !replay.Replayed {
 			t.Fatalf("the client's retry: %+v %v, want the first answer replayed", replay, err)
 		}

@@ -22,9 +22,9 @@ type Store interface {
 	// another body). It is best effort: reservations also expire.
 	Release(ctx context.Context, key IdemKey, id string, sent bool) error
 	// Create stores w as scheduled, schedules it at w.DueAt and completes the
-	// key's reservation with response, which is CreatedBody(w): a ledger may
-	// keep it, or rebuild it from the record when the key is replayed (as
-	// CreatedBody(w.AsCreated(w.DueAt))). It returns ErrExists if w.ID is taken and
+	// key's reservation with response, which is EncodeCreated(w): a ledger
+	// may keep it, or rebuild it from the record when the key is replayed
+	// (as EncodeCreated(w.AsCreated(w.DueAt))). It returns ErrExists if w.ID is taken and
 	// ErrReservationLost if the reservation is no longer held for w.ID.
 	Create(ctx context.Context, w Withdrawal, key IdemKey, response []byte) error
 	// Get returns the user's withdrawal id, or ErrNotFound.
@@ -178,7 +178,9 @@ type KeyState struct {
 	Phase       KeyPhase
 	Fingerprint string
 	ID          string
-	Response    []byte
+	// Response is the completed key's EncodeCreated: the withdrawal its
+	// create answered with.
+	Response []byte
 }
 
 // Begin asks to start a payout attempt.

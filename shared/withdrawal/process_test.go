@@ -10,6 +10,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -118,7 +119,7 @@ func newPayoutEnv(t *testing.T, b redistest.Backend, script ...error) payoutEnv 
 // create makes a withdrawal due now and returns its Ref.
 func (e payoutEnv) create(t *testing.T, user string) withdrawal.Ref {
 	t.Helper()
-	c, err := e.svc.Create(context.Background(), user, "k-"+user,
+	c, err := httpapi.CreateWithdrawal(context.Background(), e.svc, user, "k-"+user,
 		[]byte(`{"amount":"10.00","currency":"USD","destination":"acct_1","delay_seconds":0}`))
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package withdrawal
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"time"
@@ -41,106 +40,96 @@ func (r Rules) Check() error {
 	return nil
 }
 
-// Request is a valid withdrawal request.
+// Request is a withdrawal request as typed by its caller (the HTTP API
+// parses it, shared/httpapi): its due time named, not yet judged by the
+// clock (Rules.Due), so that a replay is answered whatever the clock now
+// says of it.
 type Request struct {
 	Amount      decimal.Decimal
 	Currency    string
 	Destination string
-	DueAt       time.Time
-	// Fingerprint identifies the request's content for idempotency: the same
-	// fields (whatever their JSON spelling) give the same fingerprint.
-	Fingerprint string
+	When        When
+}
+
+// When names a due time as a request does: a delay from the moment it is
+// judged, a time, or neither (the default delay).
+type When struct {
+	// Delay, if set, is the time from now: whole seconds.
+	Delay *time.Duration
+	// At, if not zero, is the time itself.
+	At time.Time
+}
+
+// After is a When of a delay.
+func After(d time.Duration) When { return When{Delay: &d} }
+
+// spelling is how the request named its time, for the fingerprint.
+func (w When) spelling() string {
+	switch {
+	case w.Delay != nil:
+		return fmt.Sprintf("delay=%d", *w.Delay/time.Second)
+	case !w.At.IsZero():
+		return "at=" + clock.Format(w.At)
+	}
+	return "default"
+}
+
+// Fingerprint identifies the request's content for idempotency: the same
+// fields (whatever their JSON spelling) give the same fingerprint.
+func (req Request) Fingerprint() string {
+	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "amount=%s\x00currency=%s\x00destination=%s\x00%s",
+		req.Amount.String(), req.Currency, req.Destination, req.When.spelling())
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 var destinationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-var knownFields = map[string]bool{
-	"amount": true, "currency": true, "destination": true, "delay_seconds": true, "process_at": true,
-}
+// ValidDestination reports whether d can name a payout destination.
+func ValidDestination(d string) bool { return destinationRe.MatchString(d) }
 
-// Parse decodes and validates a request body at now. It returns a
-// *validation.Error naming every broken rule.
-func (r Rules) Parse(body []byte, now time.Time) (Request, error) {
-	req, late, err := r.parse(body, now)
-	if err := joinInvalid(err, late); err != nil {
-		return Request{}, err
-	}
-	return req, nil
-}
+// DestinationRule is what a destination must be.
+const DestinationRule = "must be 1 to 64 of A-Z, a-z, 0-9, _ and -"
 
-// parse is Parse with the clock's judgement kept apart: late names what only
-// the clock refuses (a process_at in the past, or too far ahead), err every
-// other broken rule. With err nil, req and its fingerprint are complete even
-// when late is not: a replay of a stored create is answered whatever the
-// clock now says of its body (Service.Create).
-func (r Rules) parse(body []byte, now time.Time) (req Request, late, err error) {
-	verr, lateErr := &validation.Error{}, &validation.Error{}
-	raw := verr.Object(body, knownFields, false)
-	if raw == nil {
-		return Request{}, nil, verr
-	}
-	req.Amount, req.Currency, _, _ = r.Money().Parse(verr, raw, "amount", "currency", true)
-	var destinationOK bool
-	req.Destination, destinationOK = verr.String(raw, "destination")
-	if destinationOK && !destinationRe.MatchString(req.Destination) {
-		verr.Add("destination", "must be 1 to 64 of A-Z, a-z, 0-9, _ and -")
-	}
-
-	due, spelling := r.parseDue(raw, now, verr, lateErr)
-	if err := verr.Err(); err != nil {
-		return Request{}, lateErr.Err(), err
-	}
-	req.DueAt = due
-	req.Fingerprint = fingerprint(req, spelling)
-	return req, lateErr.Err(), nil
-}
-
-var rescheduleFields = map[string]bool{"delay_seconds": true, "process_at": true}
-
-// ParseReschedule decodes and validates a reschedule body at now: exactly
-// one of delay_seconds (from now) or process_at, by the rules of a create.
-// It returns the new due time, or a *validation.Error.
-func (r Rules) ParseReschedule(body []byte, now time.Time) (time.Time, error) {
+// Validate names every rule req breaks (a *validation.Error), the clock's
+// judgement of its time aside (Due): the amount and currency, the
+// destination, and a time named once, its delay within MaxDelay.
+func (r Rules) Validate(req Request) error {
 	verr := &validation.Error{}
-	raw := verr.Object(body, rescheduleFields, false)
-	if raw == nil {
-		return time.Time{}, verr
+	r.Money().CheckAmount(verr, req.Amount, req.Currency, "amount", "currency")
+	if !ValidDestination(req.Destination) {
+		verr.Add("destination", DestinationRule)
 	}
-	_, hasDelay := raw["delay_seconds"]
-	_, hasAt := raw["process_at"]
-	if !hasDelay && !hasAt {
-		verr.Add("delay_seconds", "give delay_seconds or process_at")
-		return time.Time{}, verr
-	}
-	due, _ := r.parseDue(raw, now, verr, verr)
-	if err := verr.Err(); err != nil {
-		return time.Time{}, err
-	}
-	return due, nil
+	r.CheckWhen(req.When, verr)
+	return verr.Err()
 }
 
-// parseDue reads delay_seconds or process_at; spelling says how the request
-// named the time, for the fingerprint. What is wrong with the body goes to
-// verr; what is wrong only at now (process_at's window) goes to late.
-func (r Rules) parseDue(raw map[string]json.RawMessage, now time.Time, verr, late *validation.Error) (due time.Time, spelling string) {
-	now = now.Truncate(time.Millisecond)
-	_, hasDelay := raw["delay_seconds"]
-	at, hasAt, atOK := verr.Time(raw, "process_at")
+// CheckWhen adds to verr what is wrong with w whatever the clock says: both
+// a delay and a time, or a delay that is not whole seconds within MaxDelay.
+func (r Rules) CheckWhen(w When, verr *validation.Error) {
 	switch {
-	case hasDelay && hasAt:
+	case w.Delay != nil && !w.At.IsZero():
 		verr.Add("process_at", "give delay_seconds or process_at, not both")
-	case hasDelay:
-		if secs, ok := verr.Int(raw, "delay_seconds", 0, 0, int64(r.MaxDelay/time.Second), false); ok {
-			return now.Add(time.Duration(secs) * time.Second), fmt.Sprintf("delay=%d", secs)
-		}
-	case !hasAt:
-		return now.Add(r.DefaultDelay), "default"
-	case atOK:
-		r.checkAt(at, now, "process_at", late)
-		return at, "at=" + clock.Format(at)
+	case w.Delay != nil && (*w.Delay < 0 || *w.Delay > r.MaxDelay || *w.Delay%time.Second != 0):
+		verr.Add("delay_seconds", "must be a whole number within 0..%d", int64(r.MaxDelay/time.Second))
 	}
-	// verr says what is wrong with it
-	return time.Time{}, ""
+}
+
+// Due is the due time w names at now: the clock's judgement of a request.
+// A time in the past, or more than MaxDelay ahead, is a *validation.Error
+// on process_at.
+func (r Rules) Due(w When, now time.Time) (time.Time, error) {
+	now = now.Truncate(time.Millisecond)
+	switch {
+	case w.Delay != nil:
+		return now.Add(*w.Delay), nil
+	case w.At.IsZero():
+		return now.Add(r.DefaultDelay), nil
+	}
+	at := w.At.UTC().Truncate(time.Millisecond)
+	verr := &validation.Error{}
+	r.checkAt(at, now, "process_at", verr)
+	return at, verr.Err()
 }
 
 // checkAt records under field what makes at an unacceptable due time at
@@ -160,11 +149,4 @@ func (r Rules) CheckDue(at, now time.Time, field string) error {
 	verr := &validation.Error{}
 	r.checkAt(at.UTC().Truncate(time.Millisecond), now.Truncate(time.Millisecond), field, verr)
 	return verr.Err()
-}
-
-func fingerprint(r Request, dueSpelling string) string {
-	h := sha256.New()
-	_, _ = fmt.Fprintf(h, "amount=%s\x00currency=%s\x00destination=%s\x00%s",
-		r.Amount.String(), r.Currency, r.Destination, dueSpelling)
-	return hex.EncodeToString(h.Sum(nil))
 }

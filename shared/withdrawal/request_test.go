@@ -12,6 +12,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -111,7 +112,7 @@ func TestValidation(t *testing.T) {
 				case "-":
 					key = ""
 				}
-				c, err := env.svc.Create(ctx, "alice", key, []byte(tc.body))
+				c, err := httpapi.CreateWithdrawal(ctx, env.svc, "alice", key, []byte(tc.body))
 				if tc.fields == nil {
 					if err != nil {
 						t.Fatalf("valid request refused: %v", err)
@@ -149,20 +150,20 @@ func TestValidation(t *testing.T) {
 
 func TestFingerprintIgnoresSpelling(t *testing.T) {
 	r := rules()
-	a, err := r.Parse([]byte(`{"amount":"125.5","currency":"CNY","destination":"d","delay_seconds":60}`), t0)
+	a, err := httpapi.ParseWithdrawal(r, []byte(`{"amount":"125.5","currency":"CNY","destination":"d","delay_seconds":60}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.Parse([]byte(`{ "delay_seconds": 60, "destination": "d", "currency": "CNY", "amount": "125.50" }`), t0.Add(time.Second))
+	b, err := httpapi.ParseWithdrawal(r, []byte(`{ "delay_seconds": 60, "destination": "d", "currency": "CNY", "amount": "125.50" }`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Fingerprint != b.Fingerprint {
+	if a.Fingerprint() != b.Fingerprint() {
 		t.Fatal("the same request spelled differently has another fingerprint")
 	}
-	c, _ := r.Parse([]byte(`{"amount":"125.51","currency":"CNY","destination":"d","delay_seconds":60}`), t0)
-	d, _ := r.Parse([]byte(`{"amount":"125.5","currency":"CNY","destination":"d"}`), t0)
-	if c.Fingerprint == a.Fingerprint || d.Fingerprint == a.Fingerprint {
+	c, _ := httpapi.ParseWithdrawal(r, []byte(`{"amount":"125.51","currency":"CNY","destination":"d","delay_seconds":60}`))
+	d, _ := httpapi.ParseWithdrawal(r, []byte(`{"amount":"125.5","currency":"CNY","destination":"d"}`))
+	if c.Fingerprint() == a.Fingerprint() || d.Fingerprint() == a.Fingerprint() {
 		t.Fatal("different requests share a fingerprint")
 	}
 }

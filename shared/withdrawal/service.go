@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -76,17 +75,13 @@ func newID(prefix string, now time.Time) string {
 	return prefix + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
 }
 
-// Created is the answer to a create: the response body to send, which for a
-// replay is the very body the first request got.
+// Created is the answer to a create: the withdrawal as its create made it,
+// which for a replay is the withdrawal the first request was answered
+// with (its revision 0: an If-Match with its ETag is refused once the
+// record moved, never wrongly admitted).
 type Created struct {
-	ID       string
-	Body     []byte
+	Withdrawal
 	Replayed bool
-	// ETag is the entity tag of Body. A replay's body is the first answer's,
-	// so its tag is of that revision (0, a create's): it may be older than
-	// the record, never newer, so an If-Match with it is refused (412)
-	// once the record moved, never wrongly admitted.
-	ETag string
 }
 
 // ValidKey reports whether k is an acceptable Idempotency-Key: 1-255
@@ -103,27 +98,31 @@ func ValidKey(k string) bool {
 	return true
 }
 
+// Rules are the rules requests are judged by.
+func (s *Service) Rules() Rules { return s.cfg.Rules }
+
 // Create validates a request and, unless its idempotency key says otherwise,
 // stores and schedules a new withdrawal. A replay is answered before the
-// clock judges the body: a process_at that passed since the first request
-// refuses only a new withdrawal, never the answer to a stored one (a 400
-// there would tell the client nothing was stored, and its retry under a
-// new key would pay twice).
-func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byte) (Created, error) {
+// clock judges the request's time: a process_at that passed since the
+// first request refuses only a new withdrawal, never the answer to a
+// stored one (a 400 there would tell the client nothing was stored, and its
+// retry under a new key would pay twice).
+func (s *Service) Create(ctx context.Context, userID, idemKey string, req Request) (Created, error) {
 	now := s.cfg.Clock.Now().UTC()
-	req, late, err := s.cfg.Rules.parse(body, now)
+	err := s.cfg.Rules.Validate(req)
 	if !ValidKey(idemKey) {
-		return Created{}, joinInvalid(
-			validation.New("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters"), err, late)
+		return Created{}, JoinInvalid(
+			validation.New("Idempotency-Key", "header is required: 1 to 255 printable ASCII characters"), err)
 	}
 	if err != nil {
-		return Created{}, joinInvalid(err, late)
+		return Created{}, err
 	}
+	fp := req.Fingerprint()
 	key := IdemKey{UserID: userID, Key: idemKey, Shard: s.cfg.ShardFor(userID)}
 	candidate := NewID(now)
 	st, err := s.cfg.Ledger.Reserve(ctx, Reservation{
 		Key:         key,
-		Fingerprint: req.Fingerprint,
+		Fingerprint: fp,
 		ID:          candidate,
 		Now:         now,
 		LockUntil:   now.Add(s.cfg.KeyLock),
@@ -132,12 +131,16 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if err != nil {
 		return Created{}, err
 	}
-	if st.Phase != KeyAcquired && st.Fingerprint != req.Fingerprint {
+	if st.Phase != KeyAcquired && st.Fingerprint != fp {
 		return Created{}, ErrIdempotencyConflict
 	}
 	switch st.Phase {
 	case KeyCompleted:
-		return Created{ID: st.ID, Body: st.Response, Replayed: true, ETag: ETagOf(st.ID, 0)}, nil
+		first, err := DecodeCreated(st.Response, key)
+		if err != nil {
+			return Created{}, err
+		}
+		return Created{Withdrawal: first, Replayed: true}, nil
 	case KeyInFlight:
 		return Created{}, ErrIdempotencyInFlight
 	}
@@ -150,7 +153,6 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 		Amount:      req.Amount,
 		Currency:    req.Currency,
 		Destination: req.Destination,
-		DueAt:       req.DueAt,
 		CreatedAt:   now,
 		UpdatedAt:   now,
 		RequestID:   correlation.ID(ctx),
@@ -166,13 +168,17 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 			return Created{}, err
 		}
 	}
-	if late != nil && !stored {
-		// A new withdrawal at a time the clock refuses: the key goes back,
-		// so the refusal leaves nothing behind.
-		s.release(ctx, key, w.ID, false)
-		return Created{}, late
+	if !stored {
+		due, late := s.cfg.Rules.Due(req.When, now)
+		if late != nil {
+			// A new withdrawal at a time the clock refuses: the key goes
+			// back, so the refusal leaves nothing behind.
+			s.release(ctx, key, w.ID, false)
+			return Created{}, late
+		}
+		w.DueAt = due
 	}
-	resp, err := CreatedBody(w)
+	resp, err := EncodeCreated(w)
 	if err != nil {
 		return Created{}, err
 	}
@@ -180,11 +186,15 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if errors.Is(err, ErrExists) {
 		// The create landed but its reply was lost and the retry found it:
 		// the key now holds the response.
-		st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: req.Fingerprint, ID: w.ID,
+		st, rerr := s.cfg.Ledger.Reserve(ctx, Reservation{Key: key, Fingerprint: fp, ID: w.ID,
 			Now: now, LockUntil: now.Add(s.cfg.KeyLock), ExpiresAt: now.Add(s.cfg.KeyRetention)})
 		switch {
 		case rerr == nil && st.Phase == KeyCompleted && st.ID == w.ID:
-			return Created{ID: w.ID, Body: st.Response, ETag: w.ETag()}, nil
+			first, derr := DecodeCreated(st.Response, key)
+			if derr != nil {
+				return Created{}, derr
+			}
+			return Created{Withdrawal: first}, nil
 		case rerr != nil:
 			// The withdrawal may well exist: what failed is the read that
 			// would tell. Say that (the client retries and is answered
@@ -201,7 +211,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, body []byt
 	if s.cfg.OnScheduled != nil {
 		s.cfg.OnScheduled(w.DueAt)
 	}
-	return Created{ID: w.ID, Body: resp, ETag: w.ETag()}, nil
+	return Created{Withdrawal: w.AsCreated(w.DueAt)}, nil
 }
 
 // release gives back the reservation of key for id, so the client may
@@ -286,21 +296,28 @@ func plausibleID(id string) bool {
 // ByUser is the RescheduledBy of a reschedule the owner asked for.
 const ByUser = "user"
 
-// Reschedule moves the user's withdrawal id to the due time body names
-// (the rules of a create) if ifMatch (an If-Match header, "" for none)
-// matches and it was not handed to the payout step yet. A retrying one
-// keeps its attempts: the new time replaces its retry time.
-func (s *Service) Reschedule(ctx context.Context, userID, id string, body []byte, ifMatch string) (Withdrawal, error) {
+// Reschedule moves the user's withdrawal id to the time to names (the rules
+// of a create) if ifRevision (nil for any) is its revision and it was not
+// handed to the payout step yet. A retrying one keeps its attempts: the
+// new time replaces its retry time.
+func (s *Service) Reschedule(ctx context.Context, userID, id string, to When, ifRevision *int64) (Withdrawal, error) {
 	now := s.cfg.Clock.Now().UTC()
-	due, err := s.cfg.Rules.ParseReschedule(body, now)
-	rev, merr := ParseIfMatch(ifMatch, id)
-	if err != nil || merr != nil {
-		return Withdrawal{}, joinInvalid(err, merr)
+	verr := &validation.Error{}
+	if to.Delay == nil && to.At.IsZero() {
+		verr.Add("delay_seconds", "give delay_seconds or process_at")
+	}
+	s.cfg.Rules.CheckWhen(to, verr)
+	if err := verr.Err(); err != nil {
+		return Withdrawal{}, err
+	}
+	due, err := s.cfg.Rules.Due(to, now)
+	if err != nil {
+		return Withdrawal{}, err
 	}
 	if !plausibleID(id) {
 		return Withdrawal{}, ErrNotFound
 	}
-	return s.reschedule(ctx, Reschedule{UserID: userID, ID: id, DueAt: due, Now: now, IfRevision: rev, By: ByUser})
+	return s.reschedule(ctx, Reschedule{UserID: userID, ID: id, DueAt: due, Now: now, IfRevision: ifRevision, By: ByUser})
 }
 
 // RescheduleBy is the operator's reschedule of withdrawal id, whoever owns
@@ -343,8 +360,9 @@ func (s *Service) reschedule(ctx context.Context, r Reschedule) (Withdrawal, err
 	return w, nil
 }
 
-// joinInvalid merges the validation errors of a body and a header into one.
-func joinInvalid(errs ...error) error {
+// JoinInvalid merges validation errors (of a body and a header, say) into
+// one; any other error wins as it is.
+func JoinInvalid(errs ...error) error {
 	out := &validation.Error{}
 	for _, err := range errs {
 		var verr *validation.Error
@@ -357,43 +375,4 @@ func joinInvalid(errs ...error) error {
 		}
 	}
 	return out.Err()
-}
-
-// ParseIfMatch reads an If-Match header for withdrawal id: nil for none or
-// "*" (any current record), else the revision the one strong entity tag
-// names. A weak tag (W/"…") never matches (If-Match compares strongly), nor
-// does a tag of another withdrawal or not of ours: both give a revision no
-// record has, so the answer is 412. A header that is no entity tag, or a
-// list of several, is a validation error (400).
-func ParseIfMatch(h, id string) (*int64, error) {
-	h = strings.TrimSpace(h)
-	never := int64(-1)
-	switch {
-	case h == "" || h == "*":
-		return nil, nil
-	case strings.Contains(h, ","):
-		return nil, validation.New("If-Match", "give one entity tag, or *")
-	}
-	tag, weak := strings.CutPrefix(h, "W/")
-	if len(tag) < 2 || tag[0] != '"' || tag[len(tag)-1] != '"' {
-		return nil, validation.New("If-Match", `must be an entity tag ("…") as the ETag header gave, or *`)
-	}
-	opaque := tag[1 : len(tag)-1]
-	for i := 0; i < len(opaque); i++ {
-		if c := opaque[i]; c == '"' || c < 0x21 || c == 0x7f {
-			return nil, validation.New("If-Match", `must be an entity tag ("…") as the ETag header gave, or *`)
-		}
-	}
-	if weak {
-		return &never, nil
-	}
-	dot := strings.LastIndexByte(opaque, '.')
-	if dot < 0 || opaque[:dot] != id {
-		return &never, nil
-	}
-	rev, err := strconv.ParseInt(opaque[dot+1:], 10, 64)
-	if err != nil || rev < 0 || strconv.FormatInt(rev, 10) != opaque[dot+1:] {
-		return &never, nil
-	}
-	return &rev, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ledger"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
@@ -44,15 +45,15 @@ func TestCreateSchedulesAndAnswers(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newEnv(t, b, clock.NewFake(t0))
-		c, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1", []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v withdrawal.View
-		if err := json.Unmarshal(c.Body, &v); err != nil {
+		var v httpapi.View
+		if err := json.Unmarshal(viewJSON(t, c), &v); err != nil {
 			t.Fatal(err)
 		}
-		want := withdrawal.View{ID: c.ID, Status: withdrawal.Scheduled, Amount: "125.50", Currency: "CNY",
+		want := httpapi.View{ID: c.ID, Status: withdrawal.Scheduled, Amount: "125.50", Currency: "CNY",
 			Destination: "bank_6222", DueAt: "2026-11-29T10:30:00.250Z", CreatedAt: "2026-11-29T10:00:00.250Z",
 			UpdatedAt: "2026-11-29T10:00:00.250Z"}
 		if v != want {
@@ -70,7 +71,7 @@ func TestIdempotency(t *testing.T) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		e := newEnv(t, b, clk)
-		first, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		first, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1", []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,23 +79,23 @@ func TestIdempotency(t *testing.T) {
 		t.Run("replay answers the first response", func(t *testing.T) {
 			clk.Advance(time.Minute)
 			// The same request, spelled differently and a minute later.
-			again, err := e.svc.Create(ctx, "alice", "k1",
+			again, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1",
 				[]byte(`{"delay_seconds":1800, "destination":"bank_6222","currency":"CNY","amount":"125.5"}`))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !again.Replayed || again.ID != first.ID || string(again.Body) != string(first.Body) {
+			if !again.Replayed || again.ID != first.ID || string(viewJSON(t, again)) != string(viewJSON(t, first)) {
 				t.Fatalf("replay = %+v, want the first response", again)
 			}
 		})
 		t.Run("another body conflicts", func(t *testing.T) {
-			_, err := e.svc.Create(ctx, "alice", "k1", []byte(`{"amount":"1","currency":"CNY","destination":"bank_6222"}`))
+			_, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1", []byte(`{"amount":"1","currency":"CNY","destination":"bank_6222"}`))
 			if !errors.Is(err, withdrawal.ErrIdempotencyConflict) {
 				t.Fatalf("got %v, want ErrIdempotencyConflict", err)
 			}
 		})
 		t.Run("keys are scoped per user", func(t *testing.T) {
-			bob, err := e.svc.Create(ctx, "bob", "k1", []byte(body))
+			bob, err := httpapi.CreateWithdrawal(ctx, e.svc, "bob", "k1", []byte(body))
 			if err != nil || bob.Replayed || bob.ID == first.ID {
 				t.Fatalf("bob's create with alice's key: %+v %v", bob, err)
 			}
@@ -102,21 +103,21 @@ func TestIdempotency(t *testing.T) {
 		t.Run("in flight", func(t *testing.T) {
 			// A first request holds the key (it reserved and has not finished).
 			key := withdrawal.IdemKey{UserID: "alice", Key: "k2", Shard: e.queue.ShardFor("alice")}
-			fp, err := rules().Parse([]byte(body), clk.Now())
+			fp, err := httpapi.ParseWithdrawal(rules(), []byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
 			now := clk.Now()
-			if _, err := e.ledger.Reserve(ctx, withdrawal.Reservation{Key: key, Fingerprint: fp.Fingerprint,
+			if _, err := e.ledger.Reserve(ctx, withdrawal.Reservation{Key: key, Fingerprint: fp.Fingerprint(),
 				ID: withdrawal.NewID(now), Now: now, LockUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.svc.Create(ctx, "alice", "k2", []byte(body)); !errors.Is(err, withdrawal.ErrIdempotencyInFlight) {
+			if _, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k2", []byte(body)); !errors.Is(err, withdrawal.ErrIdempotencyInFlight) {
 				t.Fatalf("got %v, want ErrIdempotencyInFlight", err)
 			}
 			// The first request died: after the lock the retry completes it.
 			clk.Advance(31 * time.Second)
-			c, err := e.svc.Create(ctx, "alice", "k2", []byte(body))
+			c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k2", []byte(body))
 			if err != nil || c.Replayed {
 				t.Fatalf("takeover: %+v %v", c, err)
 			}
@@ -144,7 +145,7 @@ func TestConcurrentCreatesWithOneKeyMakeOneWithdrawal(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-release
-			c, err := e.svc.Create(ctx, "alice", "same-key", []byte(body))
+			c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "same-key", []byte(body))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -180,7 +181,7 @@ func TestListPagesAndCursor(t *testing.T) {
 		var want []string
 		for i := range 5 {
 			clk.Advance(time.Millisecond)
-			c, err := e.svc.Create(ctx, "alice", fmt.Sprintf("k%d", i), []byte(body))
+			c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", fmt.Sprintf("k%d", i), []byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +226,7 @@ func TestResolveNamesTheRevisionJudged(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newEnv(t, b, clock.NewFake(t0))
-		c, err := e.svc.Create(ctx, "alice", "k1", []byte(body))
+		c, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "k1", []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,4 +251,14 @@ func TestResolveNamesTheRevisionJudged(t *testing.T) {
 			t.Fatalf("refused resolutions changed the record: %+v -> %+v %v", before, after, err)
 		}
 	})
+}
+
+// viewJSON is the body the API answers a create with.
+func viewJSON(t *testing.T, c withdrawal.Created) []byte {
+	t.Helper()
+	b, err := json.Marshal(httpapi.ViewOf(c.Withdrawal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -206,57 +206,64 @@ type Ref struct {
 // Ref returns the withdrawal's Ref.
 func (w Withdrawal) Ref() Ref { return Ref{Shard: w.Shard, ID: w.ID} }
 
-// View is a withdrawal as the HTTP API shows it.
-type View struct {
-	ID          string  `json:"id"`
-	Status      Status  `json:"status"`
-	Amount      string  `json:"amount"`
-	Currency    string  `json:"currency"`
-	Destination string  `json:"destination"`
-	DueAt       string  `json:"due_at"`
-	CreatedAt   string  `json:"created_at"`
-	UpdatedAt   string  `json:"updated_at"`
-	Attempts    int     `json:"attempts"`
-	LastError   *string `json:"last_error"`
-	PayoutID    *string `json:"payout_id"`
+// created is the stored form of a create's first answer, which a replay
+// of its idempotency key answers again: the fields of the withdrawal as its
+// create made it. Its JSON is that of the API's view (shared/httpapi) when
+// it was introduced, so that keys stored before views moved out of this
+// package read the same; it is a storage format, frozen, whatever the
+// view becomes.
+type created struct {
+	ID          string `json:"id"`
+	Status      Status `json:"status"`
+	Amount      string `json:"amount"`
+	Currency    string `json:"currency"`
+	Destination string `json:"destination"`
+	DueAt       string `json:"due_at"`
+	CreatedAt   string `json:"created_at"`
+	UpdatedAt   string `json:"updated_at"`
 }
 
-// View returns the API representation of w.
-func (w Withdrawal) View() View {
-	v := View{
-		ID:          w.ID,
-		Status:      w.Shown(),
-		Amount:      money.Format(w.Amount, w.Currency),
-		Currency:    w.Currency,
-		Destination: w.Destination,
-		DueAt:       clock.Format(w.DueAt),
-		CreatedAt:   clock.Format(w.CreatedAt),
-		UpdatedAt:   clock.Format(w.UpdatedAt),
-		Attempts:    w.Attempts,
-	}
-	if reason := w.PublicError(); reason != "" {
-		v.LastError = &reason
-	}
-	if w.PayoutID != "" {
-		v.PayoutID = &w.PayoutID
-	}
-	return v
-}
-
-// CreatedBody is the body of the answer to the create of w: what a replay
-// of its idempotency key answers again, byte for byte.
-func CreatedBody(w Withdrawal) ([]byte, error) {
-	b, err := json.Marshal(w.View())
+// EncodeCreated is the stored form of the create of w (see AsCreated): what
+// a ledger keeps with the idempotency key, if it keeps anything.
+func EncodeCreated(w Withdrawal) ([]byte, error) {
+	b, err := json.Marshal(created{ID: w.ID, Status: Scheduled, Amount: money.Format(w.Amount, w.Currency),
+		Currency: w.Currency, Destination: w.Destination, DueAt: clock.Format(w.DueAt),
+		CreatedAt: clock.Format(w.CreatedAt), UpdatedAt: clock.Format(w.UpdatedAt)})
 	if err != nil {
-		return nil, fmt.Errorf("withdrawal: encode response: %w", err)
+		return nil, fmt.Errorf("withdrawal: encode the created withdrawal: %w", err)
 	}
 	return b, nil
+}
+
+// DecodeCreated reads what EncodeCreated stored, for key: the withdrawal as
+// its create made it.
+func DecodeCreated(b []byte, key IdemKey) (Withdrawal, error) {
+	var c created
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Withdrawal{}, fmt.Errorf("withdrawal: decode the created withdrawal: %w", err)
+	}
+	amount, err := decimal.NewFromString(c.Amount)
+	if err != nil {
+		return Withdrawal{}, fmt.Errorf("withdrawal: decode the created withdrawal %s: amount %q: %w", c.ID, c.Amount, err)
+	}
+	w := Withdrawal{ID: c.ID, UserID: key.UserID, Shard: key.Shard, Status: Scheduled, Amount: amount,
+		Currency: c.Currency, Destination: c.Destination}
+	for _, f := range []struct {
+		text string
+		dst  *time.Time
+	}{{c.DueAt, &w.DueAt}, {c.CreatedAt, &w.CreatedAt}, {c.UpdatedAt, &w.UpdatedAt}} {
+		if *f.dst, err = time.Parse(time.RFC3339Nano, f.text); err != nil {
+			return Withdrawal{}, fmt.Errorf("withdrawal: decode the created withdrawal %s: %w", c.ID, err)
+		}
+		*f.dst = f.dst.UTC()
+	}
+	return w, nil
 }
 
 // AsCreated is w as its create made it, due at due (the record's due time
 // moves with a reschedule or a retry): the withdrawal a create's answer
 // shows. Only what a create sets is kept, so a ledger that does not store
-// the first answer rebuilds it from the record (CreatedBody(w.AsCreated(due))).
+// the first answer rebuilds it from the record (w.AsCreated(due)).
 func (w Withdrawal) AsCreated(due time.Time) Withdrawal {
 	return Withdrawal{
 		ID: w.ID, UserID: w.UserID, Shard: w.Shard, Status: Scheduled,

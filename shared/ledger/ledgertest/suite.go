@@ -141,9 +141,9 @@ func testKeyLifecycle(t *testing.T, b Backend) {
 	if err != nil || st.Phase != withdrawal.KeyInFlight || st.ID != w.ID {
 		t.Fatalf("second reserve while in flight: %+v %v", st, err)
 	}
-	// The service's answer to a create is the withdrawal's view, which a
+	// The stored answer to a create is the withdrawal as created, which a
 	// ledger may keep or rebuild from the record.
-	first, err := withdrawal.CreatedBody(w)
+	first, err := withdrawal.EncodeCreated(w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -968,7 +968,7 @@ func testReplayAfterChanges(t *testing.T, b Backend) {
 	if st, err := b.Ledger.Reserve(ctx, reservation(key, "fp", w.ID, T0)); err != nil || st.Phase != withdrawal.KeyAcquired {
 		t.Fatalf("reserve: %+v %v", st, err)
 	}
-	first, err := withdrawal.CreatedBody(w)
+	first, err := withdrawal.EncodeCreated(w)
 	if err != nil {
 		t.Fatal(err)
 	}

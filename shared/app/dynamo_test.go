@@ -686,8 +686,8 @@ func TestDynamoCreateWhileRedisIsDown(t *testing.T) {
 		t.Fatalf("create with Redis down: %v; the dynamodb ledger accepts without Redis", err)
 	}
 	var v httpapi.View
-	if err := json.Unmarshal(viewJSON(t, c), &v); err != nil || v.ID != c.ID || v.Status != withdrawal.Scheduled {
-		t.Fatalf("response %s (%v)", viewJSON(t, c), err)
+	if err := json.Unmarshal(httpapi.CreatedBody(c.Withdrawal), &v); err != nil || v.ID != c.ID || v.Status != withdrawal.Scheduled {
+		t.Fatalf("response %s (%v)", httpapi.CreatedBody(c.Withdrawal), err)
 	}
 	w, err := s.a.Service.Get(ctx, "alice", c.ID)
 	if err != nil || w.Status != withdrawal.Scheduled {
@@ -792,7 +792,7 @@ func TestDynamoCrashAfterRecordBeforeKeyCompletion(t *testing.T) {
 		t.Fatalf("retry after the lock: %+v %v, want the crashed create's withdrawal %s", c, err, orphan.ID)
 	}
 	again, err := httpapi.CreateWithdrawal(ctx, e.svc, "alice", "crash-1", body)
-	if err != nil || !again.Replayed || again.ID != orphan.ID || string(viewJSON(t, again)) != string(viewJSON(t, c)) {
+	if err != nil || !again.Replayed || again.ID != orphan.ID || string(httpapi.CreatedBody(again.Withdrawal)) != string(httpapi.CreatedBody(c.Withdrawal)) {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
 	page, err = e.svc.List(ctx, "alice", 10, "")
@@ -899,7 +899,7 @@ func TestDynamoCrashRetryAnswersTheStoredRecord(t *testing.T) {
 		t.Fatalf("retry after the lock: %+v %v, want %s", c, err, stored.ID)
 	}
 	var v httpapi.View
-	if err := json.Unmarshal(viewJSON(t, c), &v); err != nil {
+	if err := json.Unmarshal(httpapi.CreatedBody(c.Withdrawal), &v); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.svc.Get(ctx, "alice", stored.ID)
@@ -1025,14 +1025,4 @@ func TestDynamoRescheduleAcrossTheHorizon(t *testing.T) {
 	if score, err := e.rdb.ZScore(ctx, e.queue.Keys(w2.Shard).Due, w2.ID).Result(); err != nil || int64(score) != near.UnixMilli() {
 		t.Fatalf("due score %v (%v), want %d", int64(score), err, near.UnixMilli())
 	}
-}
-
-// viewJSON is the body the API answers a create with.
-func viewJSON(t *testing.T, c withdrawal.Created) []byte {
-	t.Helper()
-	b, err := json.Marshal(httpapi.ViewOf(c.Withdrawal))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

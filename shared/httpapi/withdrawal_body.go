@@ -52,6 +52,14 @@ func ViewOf(w withdrawal.Withdrawal) View {
 	return v
 }
 
+// CreatedBody is the body of the answer to a create: the view of the
+// withdrawal as its create made it, byte for byte the same for a replay of
+// its key. (A View always encodes: strings, numbers and their pointers.)
+func CreatedBody(w withdrawal.Withdrawal) []byte {
+	b, _ := json.Marshal(ViewOf(w))
+	return b
+}
+
 var withdrawalFields = map[string]bool{
 	"amount": true, "currency": true, "destination": true, "delay_seconds": true, "process_at": true,
 }

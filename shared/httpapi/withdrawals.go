@@ -45,10 +45,7 @@ func (h Withdrawals) create(ctx context.Context, r *Request) (events.APIGatewayV
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	resp, err := JSON(http.StatusAccepted, ViewOf(c.Withdrawal))
-	if err != nil {
-		return events.APIGatewayV2HTTPResponse{}, err
-	}
+	resp := RawJSON(http.StatusAccepted, CreatedBody(c.Withdrawal))
 	resp.Headers["Location"] = "/v1/withdrawals/" + c.ID
 	resp.Headers["ETag"] = c.ETag()
 	if c.Replayed {

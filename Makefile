@@ -35,8 +35,8 @@ INVOKE_ADMIN_ROLE ?= arn:aws:iam::123456789012:role/hourglass-operator
 # failure ("context deadline exceeded", golang/go#75804, fixed in 1.27) on a
 # busy machine; a count has no deadline to race. Crashers land in the package's testdata/fuzz/ and
 # stay there as regression cases.
-FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/seckill:FuzzParsePurchase ./shared/seckill:FuzzParseOrderJob \
-  ./shared/seckill:FuzzParsePreheat ./shared/dispatch:FuzzDecodeJob ./shared/consumer:FuzzConsumerEvent \
+FUZZ_TARGETS := ./shared/withdrawal:FuzzParseRequest ./shared/httpapi:FuzzParsePurchase ./shared/seckill:FuzzParseOrderJob \
+  ./shared/httpapi:FuzzParsePreheat ./shared/seckill:FuzzSaleCheck ./shared/dispatch:FuzzDecodeJob ./shared/consumer:FuzzConsumerEvent \
   ./shared/payout:FuzzPayResponse ./shared/signature:FuzzVerify ./shared/httpapi:FuzzServe \
   ./shared/httpapi:FuzzRequestParts
 FUZZ_SHORT ?= 20000x

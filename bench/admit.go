@@ -36,8 +36,8 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 	}
 	// Exactly as much stock as buyers: every call admits, and the last
 	// leaves the stock at zero, never below.
-	body := fmt.Sprintf(`{"stock":%d,"ends_at":"%s"}`, users, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
-	if _, err := svc.Preheat(ctx, "bench-item", []byte(body)); err != nil {
+	sale := seckill.Sale{ItemID: "bench-item", Stock: int64(users), EndsAt: time.Now().Add(time.Hour)}
+	if _, err := svc.Preheat(ctx, sale); err != nil {
 		return err
 	}
 	var (
@@ -69,7 +69,7 @@ func benchAdmission(ctx context.Context, rdb redis.UniversalClient, srv *server,
 					break
 				}
 				t0 := time.Now()
-				_, err := svc.Purchase(ctx, "bench-item", "user-"+strconv.FormatInt(i, 10), nil)
+				_, err := svc.Purchase(ctx, "bench-item", "user-"+strconv.FormatInt(i, 10), 1)
 				mine = append(mine, float64(time.Since(t0).Microseconds())/1000)
 				if err != nil {
 					refused.Add(1)

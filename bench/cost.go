@@ -29,6 +29,7 @@ import (
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/dispatch"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // benchCost measures what one withdrawal and one flash-sale purchase use of
@@ -254,9 +255,8 @@ func (e *costEnv) measure(ctx context.Context, ledger, path string) (*measuremen
 	}
 	item := "cost-item"
 	if path == "purchase" {
-		if _, err := s.a.Seckill.Preheat(ctx, item, []byte(fmt.Sprintf(
-			`{"stock":%d,"ends_at":"%s","per_user_limit":1,"shards":1}`,
-			e.n, time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))); err != nil {
+		sale := seckill.Sale{ItemID: item, Stock: int64(e.n), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Shards: 1}
+		if _, err := s.a.Seckill.Preheat(ctx, sale); err != nil {
 			return nil, fmt.Errorf("preheat: %w", err)
 		}
 	}

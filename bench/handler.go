@@ -21,6 +21,7 @@ import (
 	"github.com/hourglass/hourglass/internal/apievent"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // benchHandler: purchases and withdrawal creates through the real handler,
@@ -47,8 +48,8 @@ func benchHandler(ctx context.Context, rdb redis.UniversalClient, srv *server, r
 		return err
 	}
 	// Stock for every purchase of the run and of the Go benchmarks after it.
-	ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	if _, err := a.Seckill.Preheat(ctx, "bench-item", fmt.Appendf(nil, `{"stock":10000000,"ends_at":%q}`, ends)); err != nil {
+	sale := seckill.Sale{ItemID: "bench-item", Stock: 10_000_000, EndsAt: time.Now().Add(time.Hour)}
+	if _, err := a.Seckill.Preheat(ctx, sale); err != nil {
 		return err
 	}
 	purchase := lambda.NewHandler(a.SeckillAPI())
@@ -88,7 +89,7 @@ func benchHandler(ctx context.Context, rdb redis.UniversalClient, srv *server, r
 	// The service called directly, as the admission section does: what the
 	// handler costs on top of it is the event, routing and JSON.
 	sb := serial(func(i int64) error {
-		_, err := a.Seckill.Purchase(ctx, "bench-item", "user-d"+strconv.FormatInt(i, 10), nil)
+		_, err := a.Seckill.Purchase(ctx, "bench-item", "user-d"+strconv.FormatInt(i, 10), 1)
 		return err
 	})
 	for _, r := range []benchRun{pb, cb, sb} {

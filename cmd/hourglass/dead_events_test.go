@@ -49,8 +49,7 @@ func deadOrderEvent(t *testing.T, rdb *redis.Client, clk clock.Clock, item strin
 		t.Fatal(err)
 	}
 	now := clk.Now()
-	if _, err := svc.Preheat(ctx, item, fmt.Appendf(nil, `{"stock":%d,"shards":%d,"ends_at":%q}`,
-		2*shards, shards, clock.Format(now.Add(time.Hour)))); err != nil {
+	if _, err := svc.Preheat(ctx, seckill.Sale{ItemID: item, Stock: int64(2 * shards), Shards: shards, EndsAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	user := ""
@@ -59,7 +58,7 @@ func deadOrderEvent(t *testing.T, rdb *redis.Client, clk clock.Clock, item strin
 			user = u
 		}
 	}
-	p, err := svc.Purchase(ctx, item, user, nil)
+	p, err := svc.Purchase(ctx, item, user, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

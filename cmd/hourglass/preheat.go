@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/validation"
 )
@@ -97,9 +98,15 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 				return err
 			}
 			defer done()
-			stop := newProgress(cmd, -1, fmt.Sprintf("preheating %s (%d shard(s))", args[0], shards)).spin()
-			st, err := a.Seckill.Preheat(cmd.Context(), args[0], raw)
-			stop()
+			// Read as PUT /v1/seckill/items/{item_id} reads its body, so a
+			// flag breaking a rule is refused in the same words.
+			sale, err := httpapi.ParsePreheat(args[0], raw, a.Seckill.Clock().Now(), a.Seckill.Prices())
+			var st seckill.State
+			if err == nil {
+				stop := newProgress(cmd, -1, fmt.Sprintf("preheating %s (%d shard(s))", args[0], shards)).spin()
+				st, err = a.Seckill.Preheat(cmd.Context(), sale)
+				stop()
+			}
 			var verr *validation.Error
 			switch {
 			case errors.As(err, &verr):

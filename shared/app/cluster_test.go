@@ -249,12 +249,12 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 
 	// Operator stats over the cluster, with a flash-sale item on sale: 3 of
 	// its 10 units admitted, their order jobs due.
-	body := fmt.Sprintf(`{"stock":10,"shards":4,"per_user_limit":1,"ends_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
-	if _, err := a.Seckill.Preheat(ctx, statsItem, []byte(body)); err != nil {
+	sale := seckill.Sale{ItemID: statsItem, Stock: 10, Shards: 4, PerUserLimit: 1, EndsAt: time.Now().Add(time.Hour)}
+	if _, err := a.Seckill.Preheat(ctx, sale); err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"buyer-a", "buyer-b", "buyer-c"} {
-		if _, err := a.Seckill.Purchase(ctx, statsItem, u, nil); err != nil {
+		if _, err := a.Seckill.Purchase(ctx, statsItem, u, 1); err != nil {
 			t.Fatalf("purchase of %s: %v", u, err)
 		}
 	}

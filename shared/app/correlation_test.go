@@ -25,6 +25,7 @@ import (
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -346,9 +347,8 @@ func TestOneRequestIDFollowsAWithdrawal(t *testing.T) {
 func TestOneRequestIDFollowsAnOrder(t *testing.T) {
 	s := newCorrStack(t, nil)
 	now := time.Now().UTC()
-	if _, err := s.api.Seckill.Preheat(context.Background(), "sku-1", fmt.Appendf(nil,
-		`{"stock":5,"starts_at":%q,"ends_at":%q,"per_user_limit":1,"shards":1}`,
-		now.Add(-time.Minute).Format(time.RFC3339Nano), now.Add(time.Hour).Format(time.RFC3339Nano))); err != nil {
+	if _, err := s.api.Seckill.Preheat(context.Background(), seckill.Sale{ItemID: "sku-1", Stock: 5,
+		StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), PerUserLimit: 1, Shards: 1}); err != nil {
 		t.Fatal(err)
 	}
 	const buy = "req-buy-1"

@@ -13,6 +13,7 @@ import (
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // syncBuffer is a bytes.Buffer safe for the poller's goroutines.
@@ -46,10 +47,10 @@ func TestPollerEmitsTheDashboardMetrics(t *testing.T) {
 	var out syncBuffer
 	a.EmitMetricsTo(&out)
 	ctx := context.Background()
-	if _, err := a.Seckill.Preheat(ctx, "phone", []byte(`{"stock":5,"ends_at":"2030-01-01T00:00:00Z"}`)); err != nil {
+	if _, err := a.Seckill.Preheat(ctx, seckill.Sale{ItemID: "phone", Stock: 5, EndsAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Seckill.Purchase(ctx, "phone", "alice", nil); err != nil {
+	if _, err := a.Seckill.Purchase(ctx, "phone", "alice", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := httpapi.CreateWithdrawal(ctx, a.Service, "alice", "k", []byte(`{"amount":"1.00","currency":"USD","destination":"d","delay_seconds":0}`)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/httpapi"
+	"github.com/hourglass/hourglass/shared/seckill"
 )
 
 // BenchmarkPurchaseRateLimits measures what the rate limits add to a flash-
@@ -47,8 +48,8 @@ func BenchmarkPurchaseRateLimits(b *testing.B) {
 			a := benchApp(b, srv, config.Local)
 			rt := a.Router()
 			item := "bench-" + bc.name
-			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-			if _, err := a.Seckill.Preheat(context.Background(), item, []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
+			sale := seckill.Sale{ItemID: item, Stock: 10_000_000, EndsAt: time.Now().Add(time.Hour)}
+			if _, err := a.Seckill.Preheat(context.Background(), sale); err != nil {
 				b.Fatal(err)
 			}
 			path := "/v1/seckill/items/" + item + "/purchases"
@@ -142,8 +143,8 @@ func BenchmarkHandler(b *testing.B) {
 		}
 		b.Run("purchase/"+via, func(b *testing.B) {
 			a := handlerApp(b, srv)
-			ends := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-			if _, err := a.Seckill.Preheat(context.Background(), "bench-item", []byte(fmt.Sprintf(`{"stock":10000000,"ends_at":%q}`, ends))); err != nil {
+			sale := seckill.Sale{ItemID: "bench-item", Stock: 10_000_000, EndsAt: time.Now().Add(time.Hour)}
+			if _, err := a.Seckill.Preheat(context.Background(), sale); err != nil {
 				b.Fatal(err)
 			}
 			h := handler(a.SeckillAPI())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
@@ -30,7 +31,11 @@ func (h Seckill) Register(rt *Router) {
 }
 
 func (h Seckill) preheat(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	st, err := h.Service.Preheat(ctx, r.Params["item_id"], r.Body)
+	sale, err := ParsePreheat(r.Params["item_id"], r.Body, h.Service.Clock().Now(), h.Service.Prices())
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	st, err := h.Service.Preheat(ctx, sale)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
@@ -46,11 +51,15 @@ func (h Seckill) state(ctx context.Context, r *Request) (events.APIGatewayV2HTTP
 }
 
 func (h Seckill) purchase(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
-	p, err := h.Service.Purchase(ctx, r.Params["item_id"], r.UserID, r.Body)
+	qty, err := ParsePurchase(r.Params["item_id"], r.Body)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	return JSON(http.StatusAccepted, p.View())
+	p, err := h.Service.Purchase(ctx, r.Params["item_id"], r.UserID, qty)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return JSON(http.StatusAccepted, PurchaseViewOf(p))
 }
 
 func (h Seckill) mine(ctx context.Context, r *Request) (events.APIGatewayV2HTTPResponse, error) {
@@ -58,7 +67,39 @@ func (h Seckill) mine(ctx context.Context, r *Request) (events.APIGatewayV2HTTPR
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	return JSON(http.StatusOK, p.View())
+	return JSON(http.StatusOK, PurchaseViewOf(p))
+}
+
+// PurchaseView is a purchase as the API shows it.
+type PurchaseView struct {
+	PurchaseID string                 `json:"purchase_id"`
+	ItemID     string                 `json:"item_id"`
+	Status     seckill.PurchaseStatus `json:"status"`
+	Quantity   int                    `json:"quantity"`
+	OrderID    *string                `json:"order_id"`
+	CreatedAt  string                 `json:"created_at"`
+	// PayBy, Amount and Currency are null where they do not apply: no
+	// payment window, no price, or no order yet.
+	PayBy    *string `json:"pay_by"`
+	Amount   *string `json:"amount"`
+	Currency *string `json:"currency"`
+}
+
+// PurchaseViewOf returns the API representation of p.
+func PurchaseViewOf(p seckill.Purchase) PurchaseView {
+	v := PurchaseView{PurchaseID: p.ID, ItemID: p.ItemID, Status: p.Status, Quantity: p.Quantity,
+		CreatedAt: clock.Format(p.CreatedAt)}
+	if p.OrderID != "" {
+		v.OrderID = &p.OrderID
+	}
+	if !p.PayBy.IsZero() {
+		at := clock.Format(p.PayBy)
+		v.PayBy = &at
+	}
+	if p.Amount != "" {
+		v.Amount, v.Currency = &p.Amount, &p.Currency
+	}
+	return v
 }
 
 func seckillProblem(err error) *Problem {

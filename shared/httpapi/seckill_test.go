@@ -149,10 +149,10 @@ func wantState(t *testing.T, resp events.APIGatewayV2HTTPResponse, want seckill.
 }
 
 // wantPurchase checks a purchase body: every field, its id and time format.
-func wantPurchase(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int) seckill.PurchaseView {
+func wantPurchase(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int) httpapi.PurchaseView {
 	t.Helper()
 	wantJSON(t, resp, status)
-	var v seckill.PurchaseView
+	var v httpapi.PurchaseView
 	if diff := cmp.Diff(purchaseFields, decodeStrict(t, resp.Body, &v)); diff != "" {
 		t.Errorf("purchase fields (-want +got):\n%s", diff)
 	}
@@ -182,7 +182,7 @@ func (s *saleStack) open(t *testing.T, item string, stock, limit, shards int) se
 }
 
 // buy purchases item as user (the JWT sub) with mods and wants 202 reserved.
-func (s *stack) buy(t *testing.T, item, user string, mods ...mod) seckill.PurchaseView {
+func (s *stack) buy(t *testing.T, item, user string, mods ...mod) httpapi.PurchaseView {
 	t.Helper()
 	v := wantPurchase(t, s.invoke(t, itemPayload(t, "seckill-purchase", item, append([]mod{sub(user)}, mods...)...)), 202)
 	if v.Status != seckill.Reserved || v.ItemID != item || v.OrderID != nil {
@@ -192,7 +192,7 @@ func (s *stack) buy(t *testing.T, item, user string, mods ...mod) seckill.Purcha
 }
 
 // mine reads user's purchase of item and wants 200.
-func (s *stack) mine(t *testing.T, item, user string) seckill.PurchaseView {
+func (s *stack) mine(t *testing.T, item, user string) httpapi.PurchaseView {
 	t.Helper()
 	return wantPurchase(t, s.invoke(t, itemPayload(t, "seckill-purchase-me", item, sub(user))), 200)
 }
@@ -354,7 +354,7 @@ func TestSeckillFixtures(t *testing.T) {
 		if at := parseTime(t, bought.CreatedAt); at.Before(before) || at.After(after) {
 			t.Errorf("created_at %s outside the request [%s, %s]", bought.CreatedAt, before, after)
 		}
-		wantBought := seckill.PurchaseView{PurchaseID: bought.PurchaseID, ItemID: fixtureItem, Status: seckill.Reserved,
+		wantBought := httpapi.PurchaseView{PurchaseID: bought.PurchaseID, ItemID: fixtureItem, Status: seckill.Reserved,
 			Quantity: 1, CreatedAt: bought.CreatedAt}
 		if diff := cmp.Diff(wantBought, bought); diff != "" {
 			t.Errorf("purchase (-want +got):\n%s", diff)
@@ -1316,7 +1316,7 @@ func TestSeckillShardedSale(t *testing.T) {
 	eachBackend(t, func(t *testing.T, redisURL string) {
 		s := newSaleStack(t, redisURL, nil, clock.NewFake(fixtureStarts), nil)
 		s.open(t, fixtureItem, 4, 1, 4)
-		bought := map[string]seckill.PurchaseView{}
+		bought := map[string]httpapi.PurchaseView{}
 		for i := range 4 {
 			user := fmt.Sprintf("user-%d", i)
 			bought[user] = s.buy(t, fixtureItem, user)

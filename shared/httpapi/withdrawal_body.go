@@ -80,7 +80,7 @@ func ParseWithdrawal(rules withdrawal.Rules, body []byte) (withdrawal.Request, e
 		verr.Add("destination", withdrawal.DestinationRule)
 	}
 	req.When = parseWhen(rules, raw, verr)
-	return req, judged(verr, rules.Validate(req))
+	return req, judged(verr, rules.Validate(req), nil, named(verr))
 }
 
 var rescheduleFields = map[string]bool{"delay_seconds": true, "process_at": true}
@@ -102,7 +102,7 @@ func ParseReschedule(rules withdrawal.Rules, body []byte) (withdrawal.When, erro
 	when := parseWhen(rules, raw, verr)
 	check := &validation.Error{}
 	rules.CheckWhen(when, check)
-	return when, judged(verr, check.Err())
+	return when, judged(verr, check.Err(), nil, named(verr))
 }
 
 // parseWhen reads delay_seconds or process_at into verr's judgement.
@@ -119,23 +119,14 @@ func parseWhen(rules withdrawal.Rules, raw map[string]json.RawMessage, verr *val
 	return when
 }
 
-// judged is decoding's verr with the domain's judgement of what was
-// decoded (rules): a field decoding refused already is not named twice.
-func judged(verr *validation.Error, rules error) error {
-	if v, ok := rules.(*validation.Error); ok {
-		for _, f := range v.Errors {
-			named := false
-			for _, g := range verr.Errors {
-				named = named || g.Field == f.Field
-			}
-			if !named {
-				verr.Errors = append(verr.Errors, f)
-			}
-		}
-	} else if rules != nil {
-		return rules
+// named is a skip for judged: the fields read refused already, so that
+// the domain's refusal of the same field is not listed twice.
+func named(read *validation.Error) func(string) bool {
+	fields := make(map[string]bool, len(read.Errors))
+	for _, f := range read.Errors {
+		fields[f.Field] = true
 	}
-	return verr.Err()
+	return func(field string) bool { return fields[field] }
 }
 
 // CreateWithdrawal is a create as the API takes it: the body parsed by the

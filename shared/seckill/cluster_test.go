@@ -95,9 +95,8 @@ func (s *saleCluster) spreadItem(t *testing.T, base string, shards int) string {
 
 func (s *saleCluster) preheat(t *testing.T, item string, stock, shards, limit int) {
 	t.Helper()
-	body := fmt.Sprintf(`{"stock":%d,"shards":%d,"per_user_limit":%d,"ends_at":%q}`,
-		stock, shards, limit, clock.Format(time.Now().Add(time.Hour)))
-	st, err := s.svc.Preheat(context.Background(), item, []byte(body))
+	sale := seckill.Sale{ItemID: item, Stock: int64(stock), Shards: shards, PerUserLimit: limit, EndsAt: time.Now().Add(time.Hour)}
+	st, err := s.svc.Preheat(context.Background(), sale)
 	if err != nil {
 		t.Fatalf("preheat %s: %v", item, err)
 	}
@@ -109,7 +108,7 @@ func (s *saleCluster) preheat(t *testing.T, item string, stock, shards, limit in
 // purchaseTry is one purchase attempt and its answer.
 type purchaseTry struct {
 	user string
-	body []byte
+	qty  int
 	p    seckill.Purchase
 	err  error
 }
@@ -129,7 +128,7 @@ func buyConcurrently(svc *seckill.Service, item string, attempts []purchaseTry) 
 					return
 				}
 				a := &attempts[i]
-				a.p, a.err = svc.Purchase(context.Background(), item, a.user, a.body)
+				a.p, a.err = svc.Purchase(context.Background(), item, a.user, a.qty)
 			}
 		})
 	}
@@ -268,7 +267,7 @@ func TestFlashSaleOnCluster(t *testing.T) {
 		s.preheat(t, item, stock, clusterShards, 1)
 		attempts := make([]purchaseTry, buyers)
 		for i := range attempts {
-			attempts[i].user = fmt.Sprintf("buyer-%05d", i)
+			attempts[i] = purchaseTry{user: fmt.Sprintf("buyer-%05d", i), qty: 1}
 		}
 		began := time.Now()
 		buyConcurrently(s.svc, item, attempts)
@@ -340,7 +339,7 @@ func TestFlashSaleOnCluster(t *testing.T) {
 		var drain []purchaseTry
 		for _, n := range drained {
 			for _, u := range usersHomedOnAny("drainer-"+strconv.Itoa(n), perShard/limit, clusterShards, n) {
-				drain = append(drain, purchaseTry{user: u, body: []byte(`{"quantity":2}`)})
+				drain = append(drain, purchaseTry{user: u, qty: 2})
 			}
 		}
 		buyConcurrently(s.svc, item, drain)
@@ -366,7 +365,7 @@ func TestFlashSaleOnCluster(t *testing.T) {
 		var tries []purchaseTry
 		for _, u := range buyers {
 			for range attempts {
-				tries = append(tries, purchaseTry{user: u, body: []byte(`{"quantity":1}`)})
+				tries = append(tries, purchaseTry{user: u, qty: 1})
 			}
 		}
 		buyInGroups(s.svc, item, tries, attempts)
@@ -442,7 +441,7 @@ func buyInGroups(svc *seckill.Service, item string, tries []purchaseTry, n int) 
 			for i := g; i < g+n; i++ {
 				group.Go(func() {
 					a := &tries[i]
-					a.p, a.err = svc.Purchase(context.Background(), item, a.user, a.body)
+					a.p, a.err = svc.Purchase(context.Background(), item, a.user, a.qty)
 				})
 			}
 			group.Wait()
@@ -629,7 +628,7 @@ func (s *saleCluster) staleTake(t *testing.T) {
 	buyer := usersHomedOnAny("stale", 1, shards, 0)[0]
 	drain := []purchaseTry{}
 	for _, u := range usersHomedOnAny("stale-drainer", 2, shards, 0) {
-		drain = append(drain, purchaseTry{user: u})
+		drain = append(drain, purchaseTry{user: u, qty: 1})
 	}
 	buyConcurrently(s.svc, item, drain)
 	for _, a := range drain {
@@ -662,7 +661,7 @@ func (s *saleCluster) staleTake(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() {
-		p, err := stalledSvc.Purchase(ctx, item, buyer, nil)
+		p, err := stalledSvc.Purchase(ctx, item, buyer, 1)
 		first <- answer{p, err}
 	}()
 	select {
@@ -688,7 +687,7 @@ func (s *saleCluster) staleTake(t *testing.T) {
 	}
 
 	// The limit is 1, whatever happened to the stalled attempt.
-	_, _ = s.svc.Purchase(ctx, item, buyer, nil)
+	_, _ = s.svc.Purchase(ctx, item, buyer, 1)
 	n := 0
 	for _, p := range s.recorded(t, item, shards) {
 		if p.UserID == buyer {

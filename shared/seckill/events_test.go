@@ -131,17 +131,17 @@ func (s *eventSale) events(typ string) []string {
 	return out
 }
 
-func (s *eventSale) preheat(item string, stock, shards int, extra string) {
+func (s *eventSale) preheat(item string, stock, shards int, tm terms) {
 	s.t.Helper()
-	body := fmt.Sprintf(`{"stock":%d,"shards":%d,"ends_at":"2026-11-30T10:00:00Z"%s}`, stock, shards, extra)
-	if _, err := s.svc.Preheat(context.Background(), item, []byte(body)); err != nil {
+	sale := tm.of(seckill.Sale{ItemID: item, Stock: int64(stock), Shards: shards, EndsAt: t0.Add(24 * time.Hour)})
+	if _, err := s.svc.Preheat(context.Background(), sale); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
 func (s *eventSale) buy(item, user string) seckill.Purchase {
 	s.t.Helper()
-	p, err := s.svc.Purchase(context.Background(), item, user, nil)
+	p, err := s.svc.Purchase(context.Background(), item, user, 1)
 	if err != nil {
 		s.t.Fatalf("%s: %v", user, err)
 	}
@@ -234,8 +234,8 @@ func TestDeadOrderEventsOutliveTheirSale(t *testing.T) {
 		then   func(s *eventSale)
 		shards int // of the sale after
 	}{
-		{"preheated again", func(s *eventSale) { s.preheat("phone", 4, 2, "") }, 2},
-		{"preheated again with fewer shards", func(s *eventSale) { s.preheat("phone", 3, 1, "") }, 1},
+		{"preheated again", func(s *eventSale) { s.preheat("phone", 4, 2, terms{}) }, 2},
+		{"preheated again with fewer shards", func(s *eventSale) { s.preheat("phone", 3, 1, terms{}) }, 1},
 		{"forgotten", func(s *eventSale) {
 			s.clk.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC).Add(seckill.DefaultRetention + time.Minute))
 			if _, err := s.comp.Run(context.Background(), s.clk.Now()); err != nil {
@@ -247,7 +247,7 @@ func TestDeadOrderEventsOutliveTheirSale(t *testing.T) {
 			eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 				ctx := context.Background()
 				s := newEventSale(t, b)
-				s.preheat("phone", 4, 2, "")
+				s.preheat("phone", 4, 2, terms{})
 				alice, bob := usersHomedAt("alice", 0, 2, 1)[0], usersHomedAt("bob", 1, 2, 1)[0]
 				s.buy("phone", alice)
 				s.buy("phone", bob)
@@ -310,7 +310,7 @@ func TestLateRefundAfterTheItemIsForgotten(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		ctx := context.Background()
 		s := newEventSale(t, b)
-		s.preheat("phone", 1, 1, `,"price":"9.99","currency":"CNY","payment_window_seconds":30`)
+		s.preheat("phone", 1, 1, terms{"9.99", "CNY", 30 * time.Second})
 		alice := s.buy("phone", "alice")
 		s.poll()
 		s.clk.Advance(31 * time.Second)

@@ -27,52 +27,49 @@ func wantRefusal(t *testing.T, err error) {
 	}
 }
 
-// FuzzParsePurchase: an item id from the path and a body from the client
-// give either a quantity within 1..MaxPerUserLimit or a validation error.
-func FuzzParsePurchase(f *testing.F) {
-	for _, s := range []struct{ id, body string }{
-		{"phone-2026", ""}, {"phone-2026", `{"quantity":1}`}, {"phone-2026", `{"quantity":100}`},
-		{"phone-2026", `{"quantity":101}`}, {"phone-2026", `{"quantity":1.5}`}, {"phone-2026", `{"quantity":"1"}`},
-		{"phone-2026", `{"quantity":1e2}`}, {"phone-2026", `{"qty":1}`}, {"phone-2026", `  `}, {"phone-2026", `null`},
-		{"", `{}`}, {"a{b}c", ""}, {"phone%2F2026", ""}, {"x", `{"quantity":-0}`},
+// FuzzSaleCheck: a sale given by any caller (the API, the CLI, a test) is
+// either refused with a validation error, or gives an item that keeps every
+// rule of SPEC.md.
+func FuzzSaleCheck(f *testing.F) {
+	for _, s := range []struct {
+		id                   string
+		stock                int64
+		starts, ends, window int64 // ms from fuzzNow; 0: left out
+		limit, shards        int
+		price, currency      string
+	}{
+		{"phone-2026", 1000, 0, 3_600_000, 0, 1, 1, "", ""},
+		{"phone-2026", MaxStock, -250, 3_600_000, 0, MaxPerUserLimit, MaxShards, "", ""},
+		{"phone-2026", 2, 0, 3_600_000, 0, 0, 3, "", ""},
+		{"phone-2026", 1, 0, -1, 0, 0, 0, "", ""},
+		{"phone-2026", 1, 7_200_000, 3_600_000, 0, 0, 0, "", ""},
+		{"phone-2026", 1, 0, 1, 0, 0, 0, "9.99", "CNY"},
+		{"phone-2026", 1, 0, 1, 30_000, 0, 0, "9.999", "CNY"},
+		{"phone-2026", 1, 0, 1, 1_500, 0, 0, "1", "JPY"},
+		{"phone-2026", 1, 0, 1, 30_000, 0, 0, "", ""},
+		{"bad id!", 0, 0, 0, -1, -1, -1, "-1", "XXX"},
 	} {
-		f.Add(s.id, []byte(s.body))
+		f.Add(s.id, s.stock, s.starts, s.ends, s.window, s.limit, s.shards, s.price, s.currency)
 	}
-	f.Fuzz(func(t *testing.T, id string, body []byte) {
-		qty, err := parsePurchase(id, body)
-		if err != nil {
+	prices := money.Rules{Currencies: []string{"CNY", "JPY"}, Max: decimal.NewFromInt(1000)}
+	f.Fuzz(func(t *testing.T, id string, stock, starts, ends, window int64, limit, shards int, price, currency string) {
+		at := func(ms int64) time.Time {
+			if ms == 0 {
+				return time.Time{}
+			}
+			return fuzzNow.Add(time.Duration(ms) * time.Millisecond)
+		}
+		sale := Sale{ItemID: id, Stock: stock, StartsAt: at(starts), EndsAt: at(ends), PerUserLimit: limit, Shards: shards,
+			Currency: currency, PaymentWindow: time.Duration(window) * time.Millisecond}
+		if p, err := decimal.NewFromString(price); err == nil {
+			sale.Price = p
+		}
+		if err := sale.Check(fuzzNow, prices); err != nil {
 			wantRefusal(t, err)
 			return
 		}
-		if qty < 1 || qty > MaxPerUserLimit {
-			t.Fatalf("quantity %d accepted", qty)
-		}
-		if !ValidItemID(id) {
-			t.Fatalf("item id %q accepted", id)
-		}
-	})
-}
-
-// FuzzParsePreheat: an operator's preheat body either is refused with a
-// validation error or gives a sale that keeps every rule of SPEC.md.
-func FuzzParsePreheat(f *testing.F) {
-	for _, s := range []struct{ id, body string }{
-		{"phone-2026", `{"stock":1000,"starts_at":"2026-11-29T10:00:00.250Z","ends_at":"2026-11-29T11:00:00Z","per_user_limit":1,"shards":1}`},
-		{"phone-2026", `{"stock":10000000,"ends_at":"2030-01-01T00:00:00Z","shards":64,"per_user_limit":100}`},
-		{"phone-2026", `{"stock":2,"ends_at":"2030-01-01T00:00:00Z","shards":3}`},
-		{"phone-2026", `{"stock":1,"ends_at":"2026-11-29T09:00:00Z"}`},
-		{"phone-2026", `{"stock":1,"starts_at":"2031-01-01T00:00:00Z","ends_at":"2030-01-01T00:00:00Z"}`},
-		{"phone-2026", `{"stock":0}`}, {"phone-2026", `{"stock":"1"}`}, {"phone-2026", ``},
-		{"bad id!", `{"stock":1,"ends_at":"2030-01-01T00:00:00+08:00"}`},
-	} {
-		f.Add(s.id, []byte(s.body))
-	}
-	f.Fuzz(func(t *testing.T, id string, body []byte) {
-		it, err := parsePreheat(id, body, fuzzNow, money.Rules{Currencies: []string{"CNY", "JPY"}, Max: decimal.NewFromInt(1000)})
-		if err != nil {
-			wantRefusal(t, err)
-			return
-		}
+		it := sale.item(fuzzNow)
+		digits, _ := money.MinorDigits(it.Currency)
 		switch {
 		case !ValidItemID(it.ID) || it.ID != id:
 			t.Fatalf("item id %q accepted", id)
@@ -84,8 +81,16 @@ func FuzzParsePreheat(f *testing.F) {
 			t.Fatalf("shards %d accepted for stock %d", it.Shards, it.Stock)
 		case !it.EndsAt.After(it.StartsAt) || !it.EndsAt.After(fuzzNow):
 			t.Fatalf("window %s..%s accepted at %s", it.StartsAt, it.EndsAt, fuzzNow)
-		case it.StartsAt.Location() != time.UTC || it.EndsAt.Location() != time.UTC:
-			t.Fatalf("times not in UTC: %s %s", it.StartsAt, it.EndsAt)
+		case it.StartsAt.Location() != time.UTC || it.EndsAt.Location() != time.UTC ||
+			!it.StartsAt.Equal(it.StartsAt.Truncate(time.Millisecond)) || !it.EndsAt.Equal(it.EndsAt.Truncate(time.Millisecond)):
+			t.Fatalf("times not in UTC to the millisecond: %s %s", it.StartsAt, it.EndsAt)
+		case it.Currency == "" != it.Price.IsZero():
+			t.Fatalf("price %s and currency %q accepted", it.Price, it.Currency)
+		case it.Currency != "" && (!prices.Accepts(it.Currency) || !it.Price.IsPositive() || it.Price.GreaterThan(prices.Max) ||
+			!it.Price.Equal(it.Price.Truncate(digits))):
+			t.Fatalf("price %s %s accepted", it.Price, it.Currency)
+		case it.Window < 0 || it.Window > MaxPaymentWindow || it.Window%time.Second != 0 || (it.Window > 0 && it.Currency == ""):
+			t.Fatalf("payment window %s accepted (price %s %s)", it.Window, it.Price, it.Currency)
 		}
 	})
 }

@@ -694,14 +694,13 @@ func (m *machine) preheat(c *container, stock, shards, limit int, window bool) {
 	if m.sale != nil {
 		from = m.sale.n
 	}
-	extra := ""
+	cmd := seckill.Sale{ItemID: modelItem, Stock: int64(stock), Shards: shards, PerUserLimit: limit,
+		EndsAt: m.clk.Now().Add(24 * time.Hour)}
 	if window {
-		extra = fmt.Sprintf(`,"price":%q,"currency":"CNY","payment_window_seconds":%d`, modelPrice, int(modelWindow/time.Second))
+		cmd = terms{modelPrice, "CNY", modelWindow}.of(cmd)
 	}
-	body := fmt.Sprintf(`{"stock":%d,"shards":%d,"per_user_limit":%d,"ends_at":%q%s}`,
-		stock, shards, limit, clock.Format(m.clk.Now().Add(24*time.Hour)), extra)
 	m.run("preheat", func() error {
-		_, err := c.svc.Preheat(m.ctx, modelItem, []byte(body))
+		_, err := c.svc.Preheat(m.ctx, cmd)
 		return err
 	}, func(err error) {
 		// Judged when it answers (it may have stalled across steps).
@@ -896,16 +895,12 @@ func (m *machine) buy(c *container, user, qty int) {
 		return
 	}
 	name := userName(user)
-	body := []byte{}
-	if qty != 1 {
-		body = fmt.Appendf(nil, `{"quantity":%d}`, qty)
-	}
 	// What Redis held when the purchase began: the last step's reading.
 	step, bought, limit := len(m.log), entryTotal(m.last.entries[name]), m.sale.limit
 	var p seckill.Purchase
 	m.run("purchase", func() error {
 		var err error
-		p, err = c.svc.Purchase(m.ctx, modelItem, name, body)
+		p, err = c.svc.Purchase(m.ctx, modelItem, name, qty)
 		return err
 	}, func(err error) {
 		if err != nil {

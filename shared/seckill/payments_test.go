@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
@@ -60,10 +62,26 @@ func (s *paySale) processor(clk clock.Clock) *seckill.OrderProcessor {
 	return p
 }
 
-func (s *paySale) preheat(t *testing.T, item string, stock int, extra string) {
+// terms are a sale's price of one unit and its payment window; zero: none.
+type terms struct {
+	price, currency string
+	window          time.Duration
+}
+
+// of returns sale on these terms.
+func (tm terms) of(sale seckill.Sale) seckill.Sale {
+	if tm.price != "" {
+		sale.Price = decimal.RequireFromString(tm.price)
+	}
+	sale.Currency, sale.PaymentWindow = tm.currency, tm.window
+	return sale
+}
+
+// preheat opens a sale of stock units of item on tm until a day after t0.
+func (s *paySale) preheat(t *testing.T, item string, stock int, tm terms) {
 	t.Helper()
-	body := fmt.Sprintf(`{"stock":%d,"ends_at":"2026-11-30T10:00:00Z"%s}`, stock, extra)
-	if _, err := s.svc.Preheat(context.Background(), item, []byte(body)); err != nil {
+	sale := tm.of(seckill.Sale{ItemID: item, Stock: int64(stock), EndsAt: t0.Add(24 * time.Hour)})
+	if _, err := s.svc.Preheat(context.Background(), sale); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -160,12 +178,12 @@ func TestPaymentWindow(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		ctx := context.Background()
 		s := newPaySale(t, b)
-		s.preheat(t, "phone", 2, `,"price":"9.99","currency":"CNY","payment_window_seconds":30`)
-		alice, err := s.svc.Purchase(ctx, "phone", "alice", nil)
+		s.preheat(t, "phone", 2, terms{"9.99", "CNY", 30 * time.Second})
+		alice, err := s.svc.Purchase(ctx, "phone", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		bob, err := s.svc.Purchase(ctx, "phone", "bob", nil)
+		bob, err := s.svc.Purchase(ctx, "phone", "bob", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,10 +193,9 @@ func TestPaymentWindow(t *testing.T) {
 		payBy := made.Add(30 * time.Second)
 		for _, u := range []string{"alice", "bob"} {
 			p := s.mine(t, "phone", u)
-			v := p.View()
-			if p.Status != seckill.AwaitingPayment || !p.PayBy.Equal(payBy) || v.Amount == nil || *v.Amount != "9.99" ||
-				*v.Currency != "CNY" || *v.PayBy != clock.Format(payBy) || v.OrderID == nil {
-				t.Fatalf("%s: %+v, want awaiting payment of 9.99 CNY by %s", u, v, clock.Format(payBy))
+			if p.Status != seckill.AwaitingPayment || !p.PayBy.Equal(payBy) || p.Amount != "9.99" ||
+				p.Currency != "CNY" || p.OrderID == "" {
+				t.Fatalf("%s: %+v, want awaiting payment of 9.99 CNY by %s", u, p, clock.Format(payBy))
 			}
 		}
 		if st := s.stats(t, "phone"); st.AwaitingPayment != 2 || st.StockLeft != 0 || st.Confirmed != 0 {
@@ -250,7 +267,7 @@ func TestPaymentWindow(t *testing.T) {
 		if p := s.mine(t, "phone", "bob"); p.Status != seckill.AwaitingPayment {
 			t.Fatalf("bob expired early: %s", p.Status)
 		}
-		if _, err := s.svc.Purchase(ctx, "phone", "carol", nil); !errors.Is(err, seckill.ErrSoldOut) {
+		if _, err := s.svc.Purchase(ctx, "phone", "carol", 1); !errors.Is(err, seckill.ErrSoldOut) {
 			t.Fatalf("carol before the expiry: %v, want sold out", err)
 		}
 
@@ -267,11 +284,11 @@ func TestPaymentWindow(t *testing.T) {
 			t.Fatalf("stats after the expiry %+v", st)
 		}
 		s.conserved(t, "phone", 2)
-		if _, err := s.svc.Purchase(ctx, "phone", "carol", nil); err != nil {
+		if _, err := s.svc.Purchase(ctx, "phone", "carol", 1); err != nil {
 			t.Fatalf("carol after the expiry: %v", err)
 		}
 		// Bob's limit came back: the unit is gone, not his right to buy.
-		if _, err := s.svc.Purchase(ctx, "phone", "bob", nil); !errors.Is(err, seckill.ErrSoldOut) {
+		if _, err := s.svc.Purchase(ctx, "phone", "bob", 1); !errors.Is(err, seckill.ErrSoldOut) {
 			t.Fatalf("bob again: %v, want sold out (his limit restored)", err)
 		}
 
@@ -316,7 +333,7 @@ func TestPaymentWindow(t *testing.T) {
 			t.Fatalf("refund event keys %v, want one for each of evt_b4 and evt_b5", keys)
 		}
 		// Nothing can be preheated away while carol's order awaits payment.
-		if _, err := s.svc.Preheat(ctx, "phone", []byte(`{"stock":1,"ends_at":"2026-11-30T10:00:00Z"}`)); !errors.Is(err, seckill.ErrOrdersPending) {
+		if _, err := s.svc.Preheat(ctx, seckill.Sale{ItemID: "phone", Stock: 1, EndsAt: t0.Add(24 * time.Hour)}); !errors.Is(err, seckill.ErrOrdersPending) {
 			t.Fatalf("preheat with an order awaiting payment: %v, want ErrOrdersPending", err)
 		}
 	})
@@ -328,20 +345,20 @@ func TestPaymentWindow(t *testing.T) {
 func TestNoWindowOrdersConfirmWithEvents(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		s := newPaySale(t, b)
-		s.preheat(t, "plain", 1, ``)
-		s.preheat(t, "priced", 1, `,"price":"100","currency":"JPY"`)
+		s.preheat(t, "plain", 1, terms{})
+		s.preheat(t, "priced", 1, terms{price: "100", currency: "JPY"})
 		for _, item := range []string{"plain", "priced"} {
-			if _, err := s.svc.Purchase(context.Background(), item, "alice", nil); err != nil {
+			if _, err := s.svc.Purchase(context.Background(), item, "alice", 1); err != nil {
 				t.Fatal(err)
 			}
 			s.run(t, item)
 			p := s.mine(t, item, "alice")
-			if v := p.View(); p.Status != seckill.Confirmed || v.PayBy != nil {
-				t.Fatalf("%s: %+v, want confirmed without a pay-by time", item, v)
+			if p.Status != seckill.Confirmed || !p.PayBy.IsZero() {
+				t.Fatalf("%s: %+v, want confirmed without a pay-by time", item, p)
 			}
 		}
-		if v := s.mine(t, "priced", "alice").View(); v.Amount == nil || *v.Amount != "100" {
-			t.Fatalf("priced: amount %v, want 100", v.Amount)
+		if p := s.mine(t, "priced", "alice"); p.Amount != "100" || p.Currency != "JPY" {
+			t.Fatalf("priced: amount %q %q, want 100 JPY", p.Amount, p.Currency)
 		}
 		if got := s.published(); !slices.Equal(got, []string{"order.created alice  ", "order.created alice 100 JPY"}) {
 			t.Fatalf("events %q", got)
@@ -352,45 +369,50 @@ func TestNoWindowOrdersConfirmWithEvents(t *testing.T) {
 	})
 }
 
+// TestPreheatPaymentRules: a price and a payment window breaking a rule are
+// refused, whoever preheats (the API parses into the same Sale; its JSON
+// cases are in httpapi's TestParsePreheat), and nothing is stored.
 func TestPreheatPaymentRules(t *testing.T) {
 	rdb := newEnv(t, redistest.Backends(t)[0].Client, seckill.Config{})
 	for _, tc := range []struct {
-		extra  string
+		terms  terms
 		fields []string
 	}{
-		{`,"price":"9.99"`, []string{"currency"}},
-		{`,"currency":"CNY"`, []string{"price"}},
-		{`,"price":"9.999","currency":"CNY"`, []string{"price"}},
-		{`,"price":"1.5","currency":"JPY"`, []string{"price"}},
-		{`,"price":"0","currency":"CNY"`, []string{"price"}},
-		{`,"price":"-1","currency":"CNY"`, []string{"price"}},
-		{`,"price":9.99,"currency":"CNY"`, []string{"price"}},
-		{`,"price":"1","currency":"XXX"`, []string{"currency"}},
-		{`,"payment_window_seconds":30`, []string{"payment_window_seconds"}},
-		{`,"price":"1","currency":"CNY","payment_window_seconds":0`, []string{"payment_window_seconds"}},
-		{`,"price":"1","currency":"CNY","payment_window_seconds":86401`, []string{"payment_window_seconds"}},
-		{`,"price":"1","currency":"CNY","payment_window_seconds":1.5`, []string{"payment_window_seconds"}},
+		{terms{price: "9.99"}, []string{"currency"}},
+		{terms{currency: "CNY"}, []string{"price"}},
+		{terms{price: "9.999", currency: "CNY"}, []string{"price"}},
+		{terms{price: "9.990", currency: "CNY"}, []string{"price"}}, // three places, as written
+		{terms{price: "1.5", currency: "JPY"}, []string{"price"}},
+		{terms{price: "0", currency: "CNY"}, []string{"price"}},
+		{terms{price: "-1", currency: "CNY"}, []string{"price"}},
+		{terms{price: "1000001", currency: "JPY"}, []string{"price"}},
+		{terms{price: "1", currency: "XXX"}, []string{"currency"}},
+		{terms{window: 30 * time.Second}, []string{"payment_window_seconds"}},
+		{terms{price: "1", currency: "CNY", window: -time.Second}, []string{"payment_window_seconds"}},
+		{terms{price: "1", currency: "CNY", window: 86401 * time.Second}, []string{"payment_window_seconds"}},
+		{terms{price: "1", currency: "CNY", window: 1500 * time.Millisecond}, []string{"payment_window_seconds"}},
 	} {
-		body := `{"stock":1,"ends_at":"2026-11-30T10:00:00Z"` + tc.extra + `}`
-		_, err := rdb.svc.Preheat(context.Background(), "rules", []byte(body))
+		sale := tc.terms.of(seckill.Sale{ItemID: "rules", Stock: 1, EndsAt: t0.Add(24 * time.Hour)})
+		_, err := rdb.svc.Preheat(context.Background(), sale)
 		var verr *validation.Error
 		if !errors.As(err, &verr) {
-			t.Fatalf("%s: %v, want a validation error", body, err)
+			t.Fatalf("%+v: %v, want a validation error", tc.terms, err)
 		}
 		var got []string
 		for _, f := range verr.Errors {
 			got = append(got, f.Field)
 		}
 		if !slices.Equal(got, tc.fields) {
-			t.Errorf("%s: fields %q, want %q", body, got, tc.fields)
+			t.Errorf("%+v: fields %q, want %q", tc.terms, got, tc.fields)
 		}
 		if n, _ := rdb.store.Shards(context.Background(), "rules"); n != 0 {
-			t.Fatalf("%s: a refused preheat stored the item", body)
+			t.Fatalf("%+v: a refused preheat stored the item", tc.terms)
 		}
 	}
-	for _, ok := range []string{`,"price":"1","currency":"CNY","payment_window_seconds":86400`, `,"price":"1000000","currency":"JPY","payment_window_seconds":1`} {
-		if _, err := rdb.svc.Preheat(context.Background(), "ok", []byte(`{"stock":1,"ends_at":"2026-11-30T10:00:00Z"`+ok+`}`)); err != nil {
-			t.Errorf("%s: %v", ok, err)
+	for _, ok := range []terms{{"1", "CNY", 24 * time.Hour}, {"1000000", "JPY", time.Second}, {"9.90", "CNY", 0}} {
+		sale := ok.of(seckill.Sale{ItemID: "ok", Stock: 1, EndsAt: t0.Add(24 * time.Hour)})
+		if _, err := rdb.svc.Preheat(context.Background(), sale); err != nil {
+			t.Errorf("%+v: %v", ok, err)
 		}
 	}
 }
@@ -413,8 +435,8 @@ func TestPaymentRacesExpiry(t *testing.T) {
 		for round := range rounds {
 			item := "race-" + strconv.Itoa(round)
 			s.clk.Set(t0)
-			s.preheat(t, item, 1, `,"price":"5.00","currency":"EUR","payment_window_seconds":60`)
-			p, err := s.svc.Purchase(ctx, item, "alice", nil)
+			s.preheat(t, item, 1, terms{"5.00", "EUR", time.Minute})
+			p, err := s.svc.Purchase(ctx, item, "alice", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -458,7 +480,7 @@ func TestPaymentRacesExpiry(t *testing.T) {
 				if ans.Status != seckill.Expired || !ans.RefundRequired || st.Paid != 0 || st.Expired != 1 || st.StockLeft != 1 {
 					t.Fatalf("round %d: expired, yet answer %+v, stats %+v", round, ans, st)
 				}
-				if _, err := s.svc.Purchase(ctx, item, "alice", nil); err != nil {
+				if _, err := s.svc.Purchase(ctx, item, "alice", 1); err != nil {
 					t.Fatalf("round %d: alice's limit not restored: %v", round, err)
 				}
 			default:
@@ -481,8 +503,8 @@ func TestExpiryRedeliveredAfterACrash(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		ctx := context.Background()
 		s := newPaySale(t, b)
-		s.preheat(t, "crash", 1, `,"price":"1","currency":"USD","payment_window_seconds":5`)
-		p, err := s.svc.Purchase(ctx, "crash", "alice", nil)
+		s.preheat(t, "crash", 1, terms{"1", "USD", 5 * time.Second})
+		p, err := s.svc.Purchase(ctx, "crash", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,7 +522,7 @@ func TestExpiryRedeliveredAfterACrash(t *testing.T) {
 		if st := s.stats(t, "crash"); st.Expired != 1 || st.StockLeft != 1 {
 			t.Fatalf("stats %+v, want one unit expired back", st)
 		}
-		if _, err := s.svc.Purchase(ctx, "crash", "alice", nil); err != nil {
+		if _, err := s.svc.Purchase(ctx, "crash", "alice", 1); err != nil {
 			t.Fatalf("alice again: %v (limit not restored)", err)
 		}
 		s.run(t, "crash")
@@ -516,8 +538,8 @@ func TestEventsSurviveAPreheat(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		ctx := context.Background()
 		s := newPaySale(t, b)
-		s.preheat(t, "again", 1, ``)
-		if _, err := s.svc.Purchase(ctx, "again", "alice", nil); err != nil {
+		s.preheat(t, "again", 1, terms{})
+		if _, err := s.svc.Purchase(ctx, "again", "alice", 1); err != nil {
 			t.Fatal(err)
 		}
 		q, _ := s.store.Queue("again", 1)
@@ -527,7 +549,7 @@ func TestEventsSurviveAPreheat(t *testing.T) {
 			}
 		}
 		s.clk.Advance(time.Second)
-		s.preheat(t, "again", 1, ``)
+		s.preheat(t, "again", 1, terms{})
 		s.run(t, "again")
 		if got := s.published(orders.Created); len(got) != 1 {
 			t.Fatalf("events %q, want alice's order.created", got)
@@ -546,8 +568,8 @@ func TestPaidBeforeRedisKnewOfTheOrder(t *testing.T) {
 	eachOrderBackend(t, func(t *testing.T, b orderBackend) {
 		ctx := context.Background()
 		s := newPaySale(t, b)
-		s.preheat(t, "gap", 1, `,"price":"3","currency":"USD","payment_window_seconds":600`)
-		p, err := s.svc.Purchase(ctx, "gap", "alice", nil)
+		s.preheat(t, "gap", 1, terms{"3", "USD", 10 * time.Minute})
+		p, err := s.svc.Purchase(ctx, "gap", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,8 +621,8 @@ func TestFailedExpiryIsCounted(t *testing.T) {
 		s.proc = seckill.NewOrderProcessor(s.store, unreachableExpiries{b.ledger(), &down}, s.clk, quiet)
 		s.proc.Publisher = orders.PublisherFunc(func(context.Context, orders.Event) error { return nil })
 		s.proc.Metrics = metrics.New(&out, s.clk)
-		s.preheat(t, "fail", 1, `,"price":"1","currency":"USD","payment_window_seconds":5`)
-		if _, err := s.svc.Purchase(ctx, "fail", "alice", nil); err != nil {
+		s.preheat(t, "fail", 1, terms{"1", "USD", 5 * time.Second})
+		if _, err := s.svc.Purchase(ctx, "fail", "alice", 1); err != nil {
 			t.Fatal(err)
 		}
 		s.run(t, "fail")

@@ -315,18 +315,19 @@ func (s *Store) recoverPreheat(ctx context.Context, in intent, now time.Time) (s
 	return phase, err
 }
 
-// Preheat sets up (or resets) a sale from an admin's request body: the stock
-// split over its shards, the window and the per-user limit. Buyers and
-// purchases of an earlier sale of the item are dropped, which is refused with
-// ErrOrdersPending while any of them still waits for its order or its
-// payment; ErrPreheatInProgress while another preheat of the item is under
-// way. Either refusal changes nothing. See "Preheat protocol" above.
-func (s *Service) Preheat(ctx context.Context, itemID string, body []byte) (State, error) {
+// Preheat sets up (or resets) sale: the stock split over its shards, the
+// window and the per-user limit. A sale that breaks a rule (see Sale.Check)
+// is refused with a *validation.Error. Buyers and purchases of an earlier
+// sale of the item are dropped, which is refused with ErrOrdersPending while
+// any of them still waits for its order or its payment;
+// ErrPreheatInProgress while another preheat of the item is under way. Any
+// refusal changes nothing. See "Preheat protocol" above.
+func (s *Service) Preheat(ctx context.Context, sale Sale) (State, error) {
 	now := s.cfg.Clock.Now().UTC()
-	it, err := parsePreheat(itemID, body, now, s.cfg.Prices)
-	if err != nil {
+	if err := sale.Check(now, s.cfg.Prices); err != nil {
 		return State{}, err
 	}
+	it := sale.item(now)
 	in, err := s.begin(ctx, it, now)
 	if err != nil {
 		return State{}, err

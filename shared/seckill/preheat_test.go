@@ -3,7 +3,6 @@ package seckill_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -127,10 +126,11 @@ func snapshot(t *testing.T, rdb redis.Cmdable, item string, shards int) []shardS
 	return out
 }
 
-// preheatBody is a sale of stock over shards, limit 1, from t0 for hours.
-func preheatBody(stock, shards int, hours int) []byte {
-	return fmt.Appendf(nil, `{"stock":%d,"shards":%d,"per_user_limit":1,"starts_at":%q,"ends_at":%q}`,
-		stock, shards, clock.Format(t0), clock.Format(t0.Add(time.Duration(hours)*time.Hour)))
+// phoneSale is a sale of phones: stock over shards, limit 1, from t0 for
+// hours.
+func phoneSale(stock, shards int, hours int) seckill.Sale {
+	return seckill.Sale{ItemID: "phone", Stock: int64(stock), Shards: shards, PerUserLimit: 1,
+		StartsAt: t0, EndsAt: t0.Add(time.Duration(hours) * time.Hour)}
 }
 
 // TestRefusedPreheatChangesNoShard is issue 21 item 6 as filed: a sale of 2
@@ -149,11 +149,11 @@ func TestRefusedPreheatChangesNoShard(t *testing.T) {
 		storeB := seckill.NewStore(b.rdb, "hg:")
 		svcB := newService(t, storeB, clk) // a buyers' container
 		proc := seckill.NewOrderProcessor(storeB, b.ledger(), clk, quiet)
-		if _, err := svcA.Preheat(ctx, "phone", preheatBody(2, 2, 1)); err != nil {
+		if _, err := svcA.Preheat(ctx, phoneSale(2, 2, 1)); err != nil {
 			t.Fatal(err)
 		}
 		alice, bob := usersHomedAt("alice", 0, 2, 1)[0], usersHomedAt("bob", 1, 2, 1)[0]
-		p, err := svcB.Purchase(ctx, "phone", alice, nil) // and B now holds the settings
+		p, err := svcB.Purchase(ctx, "phone", alice, 1) // and B now holds the settings
 		if err != nil || p.Shard != 0 {
 			t.Fatalf("alice: %+v %v", p, err)
 		}
@@ -167,10 +167,10 @@ func TestRefusedPreheatChangesNoShard(t *testing.T) {
 			during []shardSnapshot
 		)
 		tap.arm(shardKeys("phone", 0).Key("meta"), func() {
-			_, bobErr = svcB.Purchase(ctx, "phone", bob, nil)
+			_, bobErr = svcB.Purchase(ctx, "phone", bob, 1)
 			during = snapshot(t, b.rdb, "phone", 2)
 		})
-		_, err = svcA.Preheat(ctx, "phone", preheatBody(2, 2, 2))
+		_, err = svcA.Preheat(ctx, phoneSale(2, 2, 2))
 		if during == nil || bobErr != nil {
 			t.Fatalf("bob was not admitted on shard 1 while the preheat ran: %v (tapped: %t)", bobErr, during != nil)
 		}
@@ -187,11 +187,11 @@ func TestRefusedPreheatChangesNoShard(t *testing.T) {
 
 		// Alice is at her limit; whatever she tries, the sale ends with at
 		// most its 2 units ordered.
-		if again, err := svcB.Purchase(ctx, "phone", alice, nil); err == nil {
+		if again, err := svcB.Purchase(ctx, "phone", alice, 1); err == nil {
 			t.Errorf("alice, at her limit of 1, bought again: %+v", again)
 		}
 		clk.Advance(time.Second) // past the settings' cache
-		if again, err := svcA.Purchase(ctx, "phone", alice, nil); err == nil {
+		if again, err := svcA.Purchase(ctx, "phone", alice, 1); err == nil {
 			t.Errorf("alice, at her limit of 1, bought again: %+v", again)
 		}
 		q, _ := storeB.Queue("phone", 2)
@@ -270,14 +270,14 @@ func TestPreheatsOfOneItemNeverInterleave(t *testing.T) {
 		admin, tap := tappedClient(t, b.Client)
 		storeA, storeB := seckill.NewStore(admin, "hg:"), seckill.NewStore(b.Client, "hg:")
 		svcA, svcB := newService(t, storeA, clk), newService(t, storeB, clk)
-		if _, err := svcB.Preheat(ctx, "phone", preheatBody(4, 2, 1)); err != nil {
+		if _, err := svcB.Preheat(ctx, phoneSale(4, 2, 1)); err != nil {
 			t.Fatal(err)
 		}
 		var errB error
 		tap.arm(shardKeys("phone", 0).Key("meta"), func() {
-			_, errB = svcB.Preheat(ctx, "phone", preheatBody(30, 3, 3))
+			_, errB = svcB.Preheat(ctx, phoneSale(30, 3, 3))
 		})
-		_, errA := svcA.Preheat(ctx, "phone", preheatBody(10, 2, 2))
+		_, errA := svcA.Preheat(ctx, phoneSale(10, 2, 2))
 		for who, err := range map[string]error{"A": errA, "B": errB} {
 			if err != nil && !errors.Is(err, seckill.ErrPreheatInProgress) {
 				t.Errorf("preheat %s: %v, want done or ErrPreheatInProgress", who, err)
@@ -306,7 +306,7 @@ func TestConcurrentPreheatsNeverInterleave(t *testing.T) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		store := seckill.NewStore(b.Client, "hg:")
-		if _, err := newService(t, store, clk).Preheat(ctx, "phone", preheatBody(3, 3, 1)); err != nil {
+		if _, err := newService(t, store, clk).Preheat(ctx, phoneSale(3, 3, 1)); err != nil {
 			t.Fatal(err)
 		}
 		for round := range 5 {
@@ -318,7 +318,7 @@ func TestConcurrentPreheatsNeverInterleave(t *testing.T) {
 				svc := newService(t, seckill.NewStore(b.Client, "hg:"), clk) // a container each
 				wg.Go(func() {
 					<-start
-					_, errs[i] = svc.Preheat(ctx, "phone", preheatBody(10*(i+1), 1+i%3, 1+round))
+					_, errs[i] = svc.Preheat(ctx, phoneSale(10*(i+1), 1+i%3, 1+round))
 				})
 			}
 			close(start)
@@ -468,12 +468,12 @@ func preheatStopped(t *testing.T, b redistest.Backend, script string, skip int, 
 	s := &stoppedPreheat{clk: clock.NewFake(t0), store: seckill.NewStore(b.Client, "hg:"), errA: make(chan error, 1)}
 	s.svc = newService(t, s.store, s.clk)
 	s.comp = &seckill.Compensation{Store: s.store, Orders: ledger.NewRedisOrders(b.Client, "hg:"), Clock: s.clk, Log: quiet}
-	if _, err := s.svc.Preheat(ctx, "phone", preheatBody(4, 2, 1)); err != nil {
+	if _, err := s.svc.Preheat(ctx, phoneSale(4, 2, 1)); err != nil {
 		t.Fatal(err)
 	}
 	alice := usersHomedAt("alice", 0, 2, 1)[0]
 	s.bob, s.carol = usersHomedAt("bob", 1, 2, 1)[0], usersHomedAt("carol", 0, 2, 1)[0]
-	p, err := s.svc.Purchase(ctx, "phone", alice, nil)
+	p, err := s.svc.Purchase(ctx, "phone", alice, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func preheatStopped(t *testing.T, b redistest.Backend, script string, skip int, 
 	svcA := newService(t, seckill.NewStore(client, "hg:"), s.clk)
 	stop.at(script, skip, stall)
 	go func() {
-		_, err := svcA.Preheat(ctx, "phone", preheatBody(6, 3, 2))
+		_, err := svcA.Preheat(ctx, phoneSale(6, 3, 2))
 		s.errA <- err
 	}()
 	<-stop.stopped
@@ -517,10 +517,10 @@ func TestKilledPreheatIsFinished(t *testing.T) {
 				redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 					ctx := context.Background()
 					s := preheatStopped(t, b, tc.at, 0, false)
-					if _, err := s.svc.Purchase(ctx, "phone", s.bob, nil); !errors.Is(err, seckill.ErrPreheating) {
+					if _, err := s.svc.Purchase(ctx, "phone", s.bob, 1); !errors.Is(err, seckill.ErrPreheating) {
 						t.Fatalf("bob while the shards are frozen: %v, want ErrPreheating", err)
 					}
-					if _, err := s.svc.Preheat(ctx, "phone", preheatBody(8, 2, 3)); !errors.Is(err, seckill.ErrPreheatInProgress) {
+					if _, err := s.svc.Preheat(ctx, phoneSale(8, 2, 3)); !errors.Is(err, seckill.ErrPreheatInProgress) {
 						t.Fatalf("a preheat before the deadline: %v, want ErrPreheatInProgress", err)
 					}
 					if rep, err := s.comp.Run(ctx, s.clk.Now()); err != nil || rep.PreheatsRolledBack+rep.PreheatsRolledForward != 0 {
@@ -528,7 +528,7 @@ func TestKilledPreheatIsFinished(t *testing.T) {
 					}
 					s.clk.Advance(seckill.DefaultPreheatTimeout)
 					if by == "next preheat" {
-						if _, err := s.svc.Preheat(ctx, "phone", preheatBody(8, 2, 3)); err != nil {
+						if _, err := s.svc.Preheat(ctx, phoneSale(8, 2, 3)); err != nil {
 							t.Fatalf("the next preheat: %v", err)
 						}
 						if sale := consistentSale(t, b.Client, s.store, "phone"); sale.Stock != 8 {
@@ -549,7 +549,7 @@ func TestKilledPreheatIsFinished(t *testing.T) {
 					} else if diff := cmp.Diff(withoutFences(s.before), withoutFences(snapshot(t, b.Client, "phone", 3))); diff != "" {
 						t.Fatalf("rolled back, the sale is not as it was (-before +after):\n%s", diff)
 					}
-					if _, err := s.svc.Purchase(ctx, "phone", s.bob, nil); err != nil {
+					if _, err := s.svc.Purchase(ctx, "phone", s.bob, 1); err != nil {
 						t.Fatalf("bob once the preheat is finished: %v", err)
 					}
 				})
@@ -585,7 +585,7 @@ func TestStalledPreheatAppliesNothing(t *testing.T) {
 				want := 4
 				if tc.forward {
 					// Rolled forward; then a later preheat of its own.
-					if _, err := s.svc.Preheat(ctx, "phone", preheatBody(8, 2, 3)); err != nil {
+					if _, err := s.svc.Preheat(ctx, phoneSale(8, 2, 3)); err != nil {
 						t.Fatal(err)
 					}
 					want = 8
@@ -601,7 +601,7 @@ func TestStalledPreheatAppliesNothing(t *testing.T) {
 				if sale := consistentSale(t, b.Client, s.store, "phone"); sale.Stock != int64(want) {
 					t.Fatalf("the item holds %+v, want %d units", sale, want)
 				}
-				if _, err := s.svc.Purchase(ctx, "phone", s.bob, nil); err != nil {
+				if _, err := s.svc.Purchase(ctx, "phone", s.bob, 1); err != nil {
 					t.Fatalf("bob: %v", err)
 				}
 			})
@@ -619,7 +619,7 @@ func TestStrayFreezeIsUndone(t *testing.T) {
 		clk := clock.NewFake(t0)
 		store := seckill.NewStore(b.Client, "hg:")
 		svc := newService(t, store, clk)
-		if _, err := svc.Preheat(ctx, "phone", preheatBody(4, 2, 1)); err != nil {
+		if _, err := svc.Preheat(ctx, phoneSale(4, 2, 1)); err != nil {
 			t.Fatal(err)
 		}
 		before := snapshot(t, b.Client, "phone", 2)
@@ -635,7 +635,7 @@ func TestStrayFreezeIsUndone(t *testing.T) {
 			t.Fatal(err)
 		}
 		bob := usersHomedAt("bob", 1, 2, 1)[0]
-		if _, err := svc.Purchase(ctx, "phone", bob, nil); !errors.Is(err, seckill.ErrPreheating) {
+		if _, err := svc.Purchase(ctx, "phone", bob, 1); !errors.Is(err, seckill.ErrPreheating) {
 			t.Fatalf("bob on the frozen shard: %v, want ErrPreheating", err)
 		}
 		comp := &seckill.Compensation{Store: store, Orders: ledger.NewRedisOrders(b.Client, "hg:"), Clock: clk, Log: quiet}
@@ -645,7 +645,7 @@ func TestStrayFreezeIsUndone(t *testing.T) {
 		if diff := cmp.Diff(before, snapshot(t, b.Client, "phone", 2)); diff != "" {
 			t.Fatalf("the shard is not as it was (-before +after):\n%s", diff)
 		}
-		if _, err := svc.Purchase(ctx, "phone", bob, nil); err != nil {
+		if _, err := svc.Purchase(ctx, "phone", bob, 1); err != nil {
 			t.Fatalf("bob once unfrozen: %v", err)
 		}
 	})

@@ -37,8 +37,8 @@ func newProtoEnv(t *testing.T, b redistest.Backend, stock, shards int) protoEnv 
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := []byte(`{"stock":` + strconv.Itoa(stock) + `,"shards":` + strconv.Itoa(shards) + `,"starts_at":"2026-11-29T10:00:00Z","ends_at":"2026-11-29T11:00:00Z"}`)
-	if _, err := e.svc.Preheat(context.Background(), "phone", body); err != nil {
+	sale := Sale{ItemID: "phone", Stock: int64(stock), Shards: shards, StartsAt: p0, EndsAt: p0.Add(time.Hour)}
+	if _, err := e.svc.Preheat(context.Background(), sale); err != nil {
 		t.Fatal(err)
 	}
 	e.comp = &Compensation{Store: e.store, Orders: &memOrders{}, Clock: e.clock, Log: quiet}
@@ -163,7 +163,7 @@ func TestHoldOfADeadBuyerIsGivenBack(t *testing.T) {
 		}
 		// The quantity is back: the user buys (from shard 1) within the limit.
 		e.clock.Set(p0.Add(time.Minute))
-		p, err := e.svc.Purchase(ctx, "phone", a.user, nil)
+		p, err := e.svc.Purchase(ctx, "phone", a.user, 1)
 		if err != nil || p.Shard != 1 {
 			t.Fatalf("after the hold was given back: %+v %v", p, err)
 		}
@@ -197,7 +197,7 @@ func TestTakenButUnsettledHoldIsSettled(t *testing.T) {
 		if err != nil || p.ID != a.pid || p.Shard != 1 {
 			t.Fatalf("settled purchase: %+v %v", p, err)
 		}
-		if _, err := e.svc.Purchase(ctx, "phone", a.user, nil); !errors.Is(err, ErrAlreadyPurchased) {
+		if _, err := e.svc.Purchase(ctx, "phone", a.user, 1); !errors.Is(err, ErrAlreadyPurchased) {
 			t.Fatalf("limit after settling: %v", err)
 		}
 		if st, _ := e.store.Stats(ctx); st["phone"].StockLeft != 0 || st["phone"].Admitted != 2 {
@@ -237,7 +237,7 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newProtoEnv(t, b, 3, 1)
-		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		p, err := e.svc.Purchase(ctx, "phone", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +292,7 @@ func TestLostOrderJobIsEnqueuedAgainThenReleased(t *testing.T) {
 		if st, _ := e.store.Stats(ctx); st["phone"].StockLeft != 3 {
 			t.Fatalf("stock not given back: %+v", st["phone"])
 		}
-		if _, err := e.svc.Purchase(ctx, "phone", "alice", nil); err != nil {
+		if _, err := e.svc.Purchase(ctx, "phone", "alice", 1); err != nil {
 			t.Fatalf("alice's limit not given back: %v", err)
 		}
 	})
@@ -315,7 +315,7 @@ func TestRetriedPreheatKeepsWhatFollowed(t *testing.T) {
 		if ok, err := e.store.reset(ctx, it, 0); err != nil || !ok {
 			t.Fatalf("reset: %t %v", ok, err)
 		}
-		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		p, err := e.svc.Purchase(ctx, "phone", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +338,7 @@ func TestDeadOrderJobIsRepaired(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		e := newProtoEnv(t, b, 3, 1)
-		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		p, err := e.svc.Purchase(ctx, "phone", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestAdmissionUnderAnotherVersion(t *testing.T) {
 		e := newProtoEnv(t, b, 5, 1)
 		old := e.attempt("alice", 1)
 		e.clock.Advance(time.Second) // the new version is the preheat's time
-		if _, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":7,"ends_at":"2026-11-29T11:00:00Z"}`)); err != nil {
+		if _, err := e.svc.Preheat(ctx, Sale{ItemID: "phone", Stock: 7, EndsAt: p0.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		newVersion := e.version(t, ctx)
@@ -398,7 +398,7 @@ func TestAdmissionUnderAnotherVersion(t *testing.T) {
 		}
 
 		// The service retries with fresh settings: admitted under the new version.
-		p, err := e.svc.Purchase(ctx, "phone", "alice", nil)
+		p, err := e.svc.Purchase(ctx, "phone", "alice", 1)
 		if err != nil {
 			t.Fatal(err)
 		}

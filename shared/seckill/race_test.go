@@ -137,10 +137,10 @@ func soldOnce(t *testing.T, b orderBackend, item string, applyFirst, lose bool) 
 	slow := &slowLedger{OrderLedger: b.ledger()}
 	proc := seckill.NewOrderProcessor(store, slow, clk, quiet)
 	comp := &seckill.Compensation{Store: store, Orders: slow, Clock: clk, Log: quiet}
-	if _, err := svc.Preheat(ctx, item, []byte(`{"stock":1,"ends_at":"2026-11-30T10:00:00Z"}`)); err != nil {
+	if _, err := svc.Preheat(ctx, seckill.Sale{ItemID: item, Stock: 1, EndsAt: t0.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	alice, err := svc.Purchase(ctx, item, "alice", nil)
+	alice, err := svc.Purchase(ctx, item, "alice", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func soldOnce(t *testing.T, b orderBackend, item string, applyFirst, lose bool) 
 		clk.Advance(time.Minute)
 	}
 	// Bob tries for the unit; if he gets it, his order is made.
-	if bob, err := svc.Purchase(ctx, item, "bob", nil); err == nil {
+	if bob, err := svc.Purchase(ctx, item, "bob", 1); err == nil {
 		for _, j := range handOver(t, q, clk.Now()) {
 			if j.ID != seckill.OrderJobID(bob) {
 				sqs = append(sqs, j)

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
-
-	"github.com/hourglass/hourglass/shared/clock"
 )
 
 // JobKind is the kind of order jobs.
@@ -115,38 +113,6 @@ type Purchase struct {
 	PayBy    time.Time
 	Amount   string
 	Currency string
-}
-
-// PurchaseView is a purchase as the HTTP API shows it.
-type PurchaseView struct {
-	PurchaseID string         `json:"purchase_id"`
-	ItemID     string         `json:"item_id"`
-	Status     PurchaseStatus `json:"status"`
-	Quantity   int            `json:"quantity"`
-	OrderID    *string        `json:"order_id"`
-	CreatedAt  string         `json:"created_at"`
-	// PayBy, Amount and Currency are null where they do not apply: no
-	// payment window, no price, or no order yet.
-	PayBy    *string `json:"pay_by"`
-	Amount   *string `json:"amount"`
-	Currency *string `json:"currency"`
-}
-
-// View returns the API representation of p.
-func (p Purchase) View() PurchaseView {
-	v := PurchaseView{PurchaseID: p.ID, ItemID: p.ItemID, Status: p.Status, Quantity: p.Quantity,
-		CreatedAt: clock.Format(p.CreatedAt)}
-	if p.OrderID != "" {
-		v.OrderID = &p.OrderID
-	}
-	if !p.PayBy.IsZero() {
-		at := clock.Format(p.PayBy)
-		v.PayBy = &at
-	}
-	if p.Amount != "" {
-		v.Amount, v.Currency = &p.Amount, &p.Currency
-	}
-	return v
 }
 
 // Domain outcomes, mapped to HTTP problems at the edge.

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
@@ -53,9 +56,8 @@ func newEnv(t testing.TB, rdb redis.UniversalClient, cfg seckill.Config) *env {
 // preheat starts a sale of item at t0 for an hour.
 func (e *env) preheat(t testing.TB, item string, stock, shards, limit int) seckill.State {
 	t.Helper()
-	st, err := e.svc.Preheat(context.Background(), item, []byte(fmt.Sprintf(
-		`{"stock":%d,"shards":%d,"per_user_limit":%d,"starts_at":"2026-11-29T10:00:00Z","ends_at":"2026-11-29T11:00:00Z"}`,
-		stock, shards, limit)))
+	st, err := e.svc.Preheat(context.Background(), seckill.Sale{ItemID: item, Stock: int64(stock), Shards: shards,
+		PerUserLimit: limit, StartsAt: t0, EndsAt: t0.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +65,7 @@ func (e *env) preheat(t testing.TB, item string, stock, shards, limit int) secki
 }
 
 func (e *env) buy(item, user string, qty int) (seckill.Purchase, error) {
-	body := []byte{}
-	if qty != 1 {
-		body = []byte(fmt.Sprintf(`{"quantity":%d}`, qty))
-	}
-	return e.svc.Purchase(context.Background(), item, user, body)
+	return e.svc.Purchase(context.Background(), item, user, qty)
 }
 
 func (e *env) stats(t testing.TB, item string) seckill.ItemStats {
@@ -201,6 +199,117 @@ func TestAdmissionRules(t *testing.T) {
 	})
 }
 
+// TestPreheatRules: a sale breaking a rule is refused with every field it
+// gets wrong, named and worded as the API answers them, whoever preheats
+// (the CLI, a test, the API after parsing), and nothing is written.
+func TestPreheatRules(t *testing.T) {
+	e := newEnv(t, redistest.Backends(t)[0].Client, seckill.Config{})
+	e.clock.Set(t0.Add(250 * time.Millisecond))
+	ok := seckill.Sale{ItemID: "rules", Stock: 2, EndsAt: t0.Add(time.Hour)}
+	const badID = "must be 1 to 64 of A-Z, a-z, 0-9, _ and -"
+	for _, tc := range []struct {
+		name string
+		edit func(s *seckill.Sale)
+		want []validation.Field
+	}{
+		{"item id with a space", func(s *seckill.Sale) { s.ItemID = "a b" }, []validation.Field{{Field: "item_id", Message: badID}}},
+		{"item id of 65", func(s *seckill.Sale) { s.ItemID = strings.Repeat("i", 65) }, []validation.Field{{Field: "item_id", Message: badID}}},
+		{"no stock", func(s *seckill.Sale) { s.Stock = 0 }, []validation.Field{{Field: "stock", Message: "must be a whole number within 1..10000000"}}},
+		{"stock over the limit", func(s *seckill.Sale) { s.Stock = seckill.MaxStock + 1 },
+			[]validation.Field{{Field: "stock", Message: "must be a whole number within 1..10000000"}}},
+		{"negative limit", func(s *seckill.Sale) { s.PerUserLimit = -1 },
+			[]validation.Field{{Field: "per_user_limit", Message: "must be a whole number within 1..100"}}},
+		{"limit over 100", func(s *seckill.Sale) { s.PerUserLimit = 101 },
+			[]validation.Field{{Field: "per_user_limit", Message: "must be a whole number within 1..100"}}},
+		{"65 shards", func(s *seckill.Sale) { s.Stock, s.Shards = 100, 65 },
+			[]validation.Field{{Field: "shards", Message: "must be a whole number within 1..64"}}},
+		{"shards over the stock", func(s *seckill.Sale) { s.Shards = 3 }, []validation.Field{{Field: "shards", Message: "must not exceed the stock"}}},
+		{"no end", func(s *seckill.Sale) { s.EndsAt = time.Time{} }, []validation.Field{{Field: "ends_at", Message: "is required"}}},
+		{"ends at its start", func(s *seckill.Sale) { s.StartsAt = t0.Add(time.Hour) },
+			[]validation.Field{{Field: "ends_at", Message: "must be after starts_at"}}},
+		{"ends before now, starting now", func(s *seckill.Sale) { s.EndsAt = t0 },
+			[]validation.Field{{Field: "ends_at", Message: "must be after starts_at"}}},
+		{"ended", func(s *seckill.Sale) { s.StartsAt, s.EndsAt = t0.Add(-time.Hour), t0 },
+			[]validation.Field{{Field: "ends_at", Message: "must be in the future"}}},
+		{"ends within the millisecond", func(s *seckill.Sale) { s.StartsAt, s.EndsAt = t0, t0.Add(250*time.Millisecond+time.Microsecond) },
+			[]validation.Field{{Field: "ends_at", Message: "must be in the future"}}},
+		{"everything wrong", func(s *seckill.Sale) {
+			*s = seckill.Sale{ItemID: "", Stock: -1, PerUserLimit: 200, Shards: -2, Price: decimal.NewFromInt(2_000_000), Currency: "GBP",
+				PaymentWindow: time.Minute}
+		}, []validation.Field{
+			{Field: "item_id", Message: badID},
+			{Field: "stock", Message: "must be a whole number within 1..10000000"},
+			{Field: "per_user_limit", Message: "must be a whole number within 1..100"},
+			{Field: "shards", Message: "must be a whole number within 1..64"},
+			{Field: "ends_at", Message: "is required"},
+			{Field: "currency", Message: "must be one of CNY, USD, EUR, JPY"},
+			{Field: "price", Message: "must be at most 1000000"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sale := ok
+			tc.edit(&sale)
+			before, err := e.store.Items(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.svc.Preheat(context.Background(), sale)
+			var verr *validation.Error
+			if !errors.As(err, &verr) {
+				t.Fatalf("%+v: %v, want a validation error", sale, err)
+			}
+			if diff := cmp.Diff(tc.want, verr.Errors); diff != "" {
+				t.Errorf("%+v (-want +got):\n%s", sale, diff)
+			}
+			if after, err := e.store.Items(context.Background()); err != nil || len(after) != len(before) {
+				t.Errorf("a refused preheat registered an item: %v, %v", after, err)
+			}
+			if n, _ := e.store.Shards(context.Background(), sale.ItemID); n != 0 {
+				t.Errorf("a refused preheat stored the item")
+			}
+		})
+	}
+	st, err := e.svc.Preheat(context.Background(), ok)
+	if err != nil || st.StartsAt != "2026-11-29T10:00:00.250Z" || st.EndsAt != "2026-11-29T11:00:00.000Z" || st.StockLeft != 2 {
+		t.Fatalf("a sale starting now by default: %+v %v", st, err)
+	}
+}
+
+// TestPurchaseRules: a purchase with a malformed item id or a quantity out
+// of 1..100 is refused as the API refuses it, before Redis is asked.
+func TestPurchaseRules(t *testing.T) {
+	e := newEnv(t, redistest.Backends(t)[0].Client, seckill.Config{})
+	e.preheat(t, "phone", 1000, 1, seckill.MaxPerUserLimit)
+	qty := validation.Field{Field: "quantity", Message: "must be a whole number within 1..100"}
+	badID := validation.Field{Field: "item_id", Message: "must be 1 to 64 of A-Z, a-z, 0-9, _ and -"}
+	for _, tc := range []struct {
+		item string
+		qty  int
+		want []validation.Field
+	}{
+		{"phone", 0, []validation.Field{qty}},
+		{"phone", -1, []validation.Field{qty}},
+		{"phone", 101, []validation.Field{qty}},
+		{"a b", 1, []validation.Field{badID}},
+		{"", 0, []validation.Field{badID, qty}},
+	} {
+		_, err := e.buy(tc.item, "alice", tc.qty)
+		var verr *validation.Error
+		if !errors.As(err, &verr) {
+			t.Fatalf("%q x %d: %v, want a validation error", tc.item, tc.qty, err)
+		}
+		if diff := cmp.Diff(tc.want, verr.Errors); diff != "" {
+			t.Errorf("%q x %d (-want +got):\n%s", tc.item, tc.qty, diff)
+		}
+	}
+	if st := e.stats(t, "phone"); st.Admitted != 0 || st.StockLeft != 1000 {
+		t.Fatalf("refused purchases changed the sale: %+v", st)
+	}
+	if p, err := e.buy("phone", "alice", seckill.MaxPerUserLimit); err != nil || p.Quantity != seckill.MaxPerUserLimit {
+		t.Fatalf("the largest quantity: %+v %v", p, err)
+	}
+}
+
 func TestQuantitiesAddUpAgainstTheLimit(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b.Client, seckill.Config{})
@@ -302,7 +411,7 @@ func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.svc.Preheat(ctx, "phone", []byte(`{"stock":5,"ends_at":"2026-11-29T12:00:00Z"}`))
+		_, err = e.svc.Preheat(ctx, seckill.Sale{ItemID: "phone", Stock: 5, EndsAt: t0.Add(2 * time.Hour)})
 		if !errors.Is(err, seckill.ErrOrdersPending) {
 			t.Fatalf("preheat with a pending order: %v", err)
 		}
@@ -312,7 +421,7 @@ func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 		if err := e.proc.Process(ctx, "phone", p.Shard, seckill.OrderJobID(p)); err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":5,"shards":2,"ends_at":"2026-11-29T12:00:00Z"}`))
+		st, err := e.svc.Preheat(ctx, seckill.Sale{ItemID: "phone", Stock: 5, Shards: 2, EndsAt: t0.Add(2 * time.Hour)})
 		if err != nil || st.StockLeft != 5 || st.Status != seckill.Live {
 			t.Fatalf("preheat again: %+v %v", st, err)
 		}
@@ -325,7 +434,7 @@ func TestPreheatResetsOnlyWhenNoOrderIsPending(t *testing.T) {
 		// From 2 shards back to 1: the dropped shard holds no sale any more,
 		// and stays polled (its queue may hold jobs of the earlier sale).
 		e.drainOrders(t, "phone", 2)
-		if _, err := e.svc.Preheat(ctx, "phone", []byte(`{"stock":3,"ends_at":"2026-11-29T12:00:00Z"}`)); err != nil {
+		if _, err := e.svc.Preheat(ctx, seckill.Sale{ItemID: "phone", Stock: 3, EndsAt: t0.Add(2 * time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		if m, _ := b.Client.HGetAll(ctx, delayq.KeysOf("hg:", "sk:phone", 1).Key("meta")).Result(); m["version"] != "" || m["dropped"] == "" {

@@ -125,6 +125,14 @@ func NewService(cfg Config) (*Service, error) {
 		buyers: map[string]buyerSet{}}, nil
 }
 
+// Clock is the service's clock: a caller judging a Sale before Preheat
+// judges it at the same time.
+func (s *Service) Clock() clock.Clock { return s.cfg.Clock }
+
+// Prices are the rules of an item's price the service judges a Sale by,
+// defaults filled in.
+func (s *Service) Prices() money.Rules { return s.cfg.Prices }
+
 // NewPurchaseID returns a new purchase id; ids sort by creation time.
 func NewPurchaseID(now time.Time) string {
 	return "pu_" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
@@ -243,8 +251,9 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 	return st, nil
 }
 
-// Purchase admits or refuses one purchase attempt of user for an item, with
-// the request body (empty, or {"quantity":n}).
+// Purchase admits or refuses one purchase attempt of user for quantity units
+// of an item; a quantity out of 1..MaxPerUserLimit or a malformed item id is
+// refused with a *validation.Error (see CheckPurchase).
 //
 // Cross-shard protocol. The user's home shard (a hash of the user id) counts
 // everything the user bought of the item, so the per-user limit is checked and
@@ -261,9 +270,8 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 // purchase, given back otherwise. Since takes are refused past the deadline
 // and the pass waits beyond it, a quantity is never both given back and sold,
 // and the limit holds whatever fails.
-func (s *Service) Purchase(ctx context.Context, itemID, userID string, body []byte) (Purchase, error) {
-	qty, err := parsePurchase(itemID, body)
-	if err != nil {
+func (s *Service) Purchase(ctx context.Context, itemID, userID string, qty int) (Purchase, error) {
+	if err := CheckPurchase(itemID, qty); err != nil {
 		return Purchase{}, err
 	}
 	now := s.cfg.Clock.Now().UTC()

@@ -712,7 +712,7 @@ func (w *sworld) callback(t *rapid.T) {
 	body := fmt.Sprintf(`{"event_id":%q,"withdrawal_id":%q,"payout_id":%q,"status":%q,"reason":"model"}`,
 		ev.ID, ev.Withdrawal, ev.PayoutID, ev.Status)
 	w.maybeFinish(t, w.spawn("callback", func(ctx context.Context) error {
-		got, err := w.svc.Callback(ctx, []byte(body))
+		got, err := httpapi.ApplyCallback(ctx, w.svc, []byte(body))
 		if errors.Is(err, withdrawal.ErrNotSent) {
 			w.violate("the provider's callback %s %s about %s was refused as never sent: %+v", ev.ID, ev.Status, ev.Withdrawal,
 				got.Withdrawal)
@@ -740,7 +740,7 @@ func (w *sworld) forgedCallback(t *rapid.T) {
 	st := rapid.SampledFrom([]string{"paid", "failed", "returned"}).Draw(t, "forged-status")
 	body := fmt.Sprintf(`{"event_id":"forged-%s-%s","withdrawal_id":%q,"payout_id":"po_forged","status":%q,"reason":"model"}`,
 		id, st, id, st)
-	got, err := w.svc.Callback(context.Background(), []byte(body))
+	got, err := httpapi.ApplyCallback(context.Background(), w.svc, []byte(body))
 	w.logf("forged callback %s about %s: %v", st, id, err)
 	if !errors.Is(err, withdrawal.ErrNotSent) {
 		w.fatalf("a forged callback about %s, never sent, was not refused as never sent: %v", id, err)
@@ -1157,7 +1157,7 @@ func (w *sworld) drain() {
 	for _, ev := range w.prov.allEvents() {
 		body := fmt.Sprintf(`{"event_id":%q,"withdrawal_id":%q,"payout_id":%q,"status":%q,"reason":"model"}`,
 			ev.ID, ev.Withdrawal, ev.PayoutID, ev.Status)
-		if _, err := w.svc.Callback(ctx, []byte(body)); err != nil && !errors.Is(err, withdrawal.ErrNotFound) {
+		if _, err := httpapi.ApplyCallback(ctx, w.svc, []byte(body)); err != nil && !errors.Is(err, withdrawal.ErrNotFound) {
 			w.fatalf("drain: callback %s: %v", ev.ID, err)
 		}
 	}

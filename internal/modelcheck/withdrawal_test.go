@@ -531,7 +531,7 @@ func (w *world) send(t *rapid.T, ev event) {
 	body := fmt.Sprintf(`{"event_id":%q,"withdrawal_id":%q,"payout_id":%q,"status":%q,"reason":"model"}`,
 		ev.ID, ev.Withdrawal, ev.PayoutID, ev.Status)
 	before, ferr := w.led.Find(context.Background(), ev.Withdrawal)
-	got, err := w.svc.Callback(context.Background(), []byte(body))
+	got, err := httpapi.ApplyCallback(context.Background(), w.svc, []byte(body))
 	w.logf("callback %s %s %s: %s %v", ev.ID, ev.Withdrawal, ev.Status, got.Applied, err)
 	if err != nil &&
 		!errors.Is(err, lostreply.ErrLost) && !errors.Is(err, withdrawal.ErrNotFound) && !errors.Is(err, withdrawal.ErrNotSent) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/signature"
+	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -58,7 +60,7 @@ func (h PayoutWebhooks) callback(ctx context.Context, r *Request) (events.APIGat
 	if err := signer.authenticate(ctx, r); err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	s, err := h.Service.Callback(ctx, r.Body)
+	s, err := ApplyCallback(ctx, h.Service, r.Body)
 	if errors.Is(err, withdrawal.ErrNotSent) {
 		return events.APIGatewayV2HTTPResponse{}, NewProblem(http.StatusConflict, CodeNotSent,
 			"the withdrawal is "+string(s.Withdrawal.Shown())+" and was never sent for payout; the callback changed nothing")
@@ -146,4 +148,58 @@ func (h webhookSigner) verify(keys [][]byte, r *Request) error {
 
 func sameKeys(a, b [][]byte) bool {
 	return slices.EqualFunc(a, b, bytes.Equal)
+}
+
+// callbackBody is the provider's callback, POST /v1/webhooks/payouts.
+type callbackBody struct {
+	EventID      *string `json:"event_id"`
+	WithdrawalID *string `json:"withdrawal_id"`
+	PayoutID     *string `json:"payout_id"`
+	Status       *string `json:"status"`
+	Reason       *string `json:"reason"`
+}
+
+// callbackOrder is the order a callback's problems are listed in.
+var callbackOrder = map[string]int{"body": 0, "event_id": 1, "payout_id": 2, "reason": 3, "withdrawal_id": 4, "status": 5}
+
+// ParseCallback reads a payout provider's callback body into the
+// withdrawal it is about and the callback, judged by the service's rules
+// (withdrawal.CheckCallback); a *validation.Error lists what is wrong.
+func ParseCallback(body []byte) (string, withdrawal.Callback, error) {
+	var b callbackBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&b); err != nil || dec.More() {
+		return "", withdrawal.Callback{}, validation.New("body", "must be one JSON object")
+	}
+	read := &validation.Error{}
+	text := func(field string, p *string, required bool) string {
+		if p == nil {
+			if required {
+				read.Add(field, "is required")
+			}
+			return ""
+		}
+		return *p
+	}
+	c := withdrawal.Callback{
+		EventID:  text("event_id", b.EventID, true),
+		PayoutID: text("payout_id", b.PayoutID, false),
+		Reason:   text("reason", b.Reason, false),
+		Status:   withdrawal.Status(text("status", b.Status, true)),
+	}
+	id := text("withdrawal_id", b.WithdrawalID, true)
+	if err := judged(read, withdrawal.CheckCallback(id, c), callbackOrder, named(read)); err != nil {
+		return "", withdrawal.Callback{}, err
+	}
+	return id, c, nil
+}
+
+// ApplyCallback is a callback as the API takes it (its signature checked):
+// the body parsed, then the service's Callback.
+func ApplyCallback(ctx context.Context, svc *withdrawal.Service, body []byte) (withdrawal.Settled, error) {
+	id, c, err := ParseCallback(body)
+	if err != nil {
+		return withdrawal.Settled{}, err
+	}
+	return svc.Callback(ctx, id, c)
 }

@@ -1,9 +1,7 @@
 package withdrawal
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,15 +21,6 @@ const (
 	maxPayout  = 255
 )
 
-// callbackBody is the provider's callback, POST /v1/webhooks/payouts.
-type callbackBody struct {
-	EventID      *string `json:"event_id"`
-	WithdrawalID *string `json:"withdrawal_id"`
-	PayoutID     *string `json:"payout_id"`
-	Status       *string `json:"status"`
-	Reason       *string `json:"reason"`
-}
-
 // Settled is the answer to a callback: where the withdrawal stands and what
 // the callback did.
 type Settled struct {
@@ -48,9 +37,8 @@ type Settled struct {
 // withdrawal that was never sent to the provider (scheduled, cancelled
 // before any call) changes nothing and is refused with ErrNotSent, and
 // reported the same way: the provider reports a payout nobody asked for.
-func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
-	c, id, err := parseCallback(body)
-	if err != nil {
+func (s *Service) Callback(ctx context.Context, id string, c Callback) (Settled, error) {
+	if err := CheckCallback(id, c); err != nil {
 		return Settled{}, err
 	}
 	if !plausibleID(id) {
@@ -85,42 +73,27 @@ func (s *Service) Callback(ctx context.Context, body []byte) (Settled, error) {
 	return Settled{Withdrawal: w, Applied: applied}, nil
 }
 
-func parseCallback(body []byte) (Callback, string, error) {
-	var b callbackBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&b); err != nil || dec.More() {
-		return Callback{}, "", validation.New("body", "must be one JSON object")
-	}
+// CheckCallback names what is wrong with a callback about withdrawal id (a
+// *validation.Error): an event id, the withdrawal's id and a status of
+// paid, failed or returned are required; the payout id and the reason are
+// optional; all are printable and of bounded length.
+func CheckCallback(id string, c Callback) error {
 	var v validation.Error
-	text := func(field string, p *string, max int, required bool) string {
-		switch {
-		case p == nil && required:
-			v.Add(field, "is required")
-		case p == nil:
-		case (required && *p == "") || len(*p) > max || !printable(*p):
+	text := func(field, s string, max int, required bool) {
+		if (required && s == "") || len(s) > max || !printable(s) {
 			v.Add(field, "must be 1 to %d printable characters", max)
-		default:
-			return *p
 		}
-		return ""
 	}
-	c := Callback{
-		EventID:  text("event_id", b.EventID, maxEventID, true),
-		PayoutID: text("payout_id", b.PayoutID, maxPayout, false),
-		Reason:   text("reason", b.Reason, maxReason, false),
-	}
-	id := text("withdrawal_id", b.WithdrawalID, 64, true)
-	switch st := Status(text("status", b.Status, 16, true)); st {
+	text("event_id", c.EventID, maxEventID, true)
+	text("payout_id", c.PayoutID, maxPayout, false)
+	text("reason", c.Reason, maxReason, false)
+	text("withdrawal_id", id, 64, true)
+	switch c.Status {
 	case Paid, Failed, Returned:
-		c.Status = st
-	case "":
 	default:
 		v.Add("status", "must be paid, failed or returned")
 	}
-	if len(v.Errors) > 0 {
-		return Callback{}, "", &v
-	}
-	return c, id, nil
+	return v.Err()
 }
 
 // printable reports whether s is valid UTF-8 without control or format

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"regexp"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/shopspring/decimal"
 
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/secrets"
+	"github.com/hourglass/hourglass/shared/validation"
 )
 
 // PaymentWebhooks serves POST /v1/webhooks/payments: the payment provider's
@@ -44,7 +47,7 @@ func (h PaymentWebhooks) confirm(ctx context.Context, r *Request) (events.APIGat
 	if err := signer.authenticate(ctx, r); err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	ans, err := h.Orders.Pay(ctx, r.Body)
+	ans, err := ApplyPayment(ctx, h.Orders, r.Body)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
@@ -60,4 +63,56 @@ func paymentProblem(err error) *Problem {
 			"the amount or currency is not the order's; the order is not paid")
 	}
 	return nil
+}
+
+var (
+	paymentFields = map[string]bool{"event_id": true, "order_id": true, "status": true, "amount": true, "currency": true}
+	paymentAmount = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.[0-9]{1,18})?$`)
+)
+
+// ParsePayment reads a payment provider's confirmation body, judged by the
+// flash sale's rules (seckill.CheckPayment); a *validation.Error lists
+// what is wrong.
+func ParsePayment(body []byte) (seckill.Payment, error) {
+	read := &validation.Error{}
+	raw := read.Object(body, paymentFields, false)
+	if raw == nil {
+		return seckill.Payment{}, read
+	}
+	var p seckill.Payment
+	p.EventID, _ = read.String(raw, "event_id")
+	p.OrderID, _ = read.String(raw, "order_id")
+	if status, ok := read.String(raw, "status"); ok {
+		switch status {
+		case "succeeded", "failed":
+			p.Succeeded = status == "succeeded"
+		default:
+			read.Add("status", `must be "succeeded" or "failed"`)
+		}
+	}
+	if amount, ok := read.String(raw, "amount"); ok {
+		if !paymentAmount.MatchString(amount) {
+			read.Add("amount", `must be a decimal string such as "125.50"`)
+		} else {
+			p.Amount = decimal.RequireFromString(amount)
+		}
+	}
+	p.Currency, _ = read.String(raw, "currency")
+	if err := judged(read, seckill.CheckPayment(p), paymentOrder, named(read)); err != nil {
+		return seckill.Payment{}, err
+	}
+	return p, nil
+}
+
+// paymentOrder is the order a payment's problems are listed in.
+var paymentOrder = map[string]int{"event_id": 1, "order_id": 2, "status": 3, "amount": 4, "currency": 5}
+
+// ApplyPayment is a payment confirmation as the API takes it (its
+// signature checked): the body parsed, then the order processor's Pay.
+func ApplyPayment(ctx context.Context, orders *seckill.OrderProcessor, body []byte) (seckill.PaymentAnswer, error) {
+	p, err := ParsePayment(body)
+	if err != nil {
+		return seckill.PaymentAnswer{}, err
+	}
+	return orders.Pay(ctx, p)
 }

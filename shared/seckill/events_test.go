@@ -15,6 +15,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/consumer"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/seckill"
@@ -324,7 +325,7 @@ func TestLateRefundAfterTheItemIsForgotten(t *testing.T) {
 			t.Fatalf("compensation past the retention: %+v %v, want the item forgotten", rep, err)
 		}
 
-		ans, err := s.proc.Pay(ctx, payBody("evt_late", seckill.OrderID(alice.ID), "succeeded", "9.99", "CNY"))
+		ans, err := httpapi.ApplyPayment(ctx, s.proc, payBody("evt_late", seckill.OrderID(alice.ID), "succeeded", "9.99", "CNY"))
 		if err != nil || !ans.RefundRequired || ans.Status != seckill.Expired {
 			t.Fatalf("late payment: %+v %v, want expired with a refund required", ans, err)
 		}

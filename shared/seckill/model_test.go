@@ -27,6 +27,7 @@ import (
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/consumer"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
@@ -866,7 +867,7 @@ func (m *machine) pay(c *container, i, kind int) {
 	var ans seckill.PaymentAnswer
 	m.run("payment "+id, func() error {
 		var err error
-		ans, err = c.proc.Pay(m.ctx, body)
+		ans, err = httpapi.ApplyPayment(m.ctx, c.proc, body)
 		return err
 	}, func(err error) {
 		switch {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/validation"
@@ -31,46 +29,28 @@ type PaymentAnswer struct {
 }
 
 var (
-	paymentFields  = map[string]bool{"event_id": true, "order_id": true, "status": true, "amount": true, "currency": true}
 	eventIDRe      = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
-	paymentAmount  = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})(\.[0-9]{1,18})?$`)
 	currencyCodeRe = regexp.MustCompile(`^[A-Z]{3}$`)
 )
 
-// parsePayment validates a payment confirmation body.
-func parsePayment(body []byte) (Payment, error) {
+// CheckPayment names what is wrong with a payment confirmation (a
+// *validation.Error): its event id, its order id, its amount (not
+// negative) and its currency (an ISO 4217 code).
+func CheckPayment(p Payment) error {
 	verr := &validation.Error{}
-	raw := verr.Object(body, paymentFields, false)
-	if raw == nil {
-		return Payment{}, verr
-	}
-	var p Payment
-	var ok bool
-	if p.EventID, ok = verr.String(raw, "event_id"); ok && !eventIDRe.MatchString(p.EventID) {
+	if !eventIDRe.MatchString(p.EventID) {
 		verr.Add("event_id", "must be 1 to 128 of A-Z, a-z, 0-9, _, ., : and -")
 	}
-	if p.OrderID, ok = verr.String(raw, "order_id"); ok && (len(p.OrderID) > 64 || !eventIDRe.MatchString(p.OrderID)) {
+	if len(p.OrderID) > 64 || !eventIDRe.MatchString(p.OrderID) {
 		verr.Add("order_id", "is not an order id")
 	}
-	if status, ok := verr.String(raw, "status"); ok {
-		switch status {
-		case "succeeded", "failed":
-			p.Succeeded = status == "succeeded"
-		default:
-			verr.Add("status", `must be "succeeded" or "failed"`)
-		}
+	if p.Amount.IsNegative() {
+		verr.Add("amount", `must be a decimal string such as "125.50"`)
 	}
-	if amount, ok := verr.String(raw, "amount"); ok {
-		if !paymentAmount.MatchString(amount) {
-			verr.Add("amount", `must be a decimal string such as "125.50"`)
-		} else {
-			p.Amount = decimal.RequireFromString(amount)
-		}
-	}
-	if p.Currency, ok = verr.String(raw, "currency"); ok && !currencyCodeRe.MatchString(p.Currency) {
+	if !currencyCodeRe.MatchString(p.Currency) {
 		verr.Add("currency", "must be an ISO 4217 code such as \"CNY\"")
 	}
-	return p, verr.Err()
+	return verr.Err()
 }
 
 // statusOf is how a purchase whose order ended so shows.
@@ -93,9 +73,8 @@ func statusOf(end OrderEnd) PurchaseStatus {
 // finishes what a first run cut short (the ledger written, Redis not).
 // ErrNoOrder for an unknown order; ErrPaymentMismatch when the amount or
 // currency is not the order's.
-func (p *OrderProcessor) Pay(ctx context.Context, body []byte) (PaymentAnswer, error) {
-	pay, err := parsePayment(body)
-	if err != nil {
+func (p *OrderProcessor) Pay(ctx context.Context, pay Payment) (PaymentAnswer, error) {
+	if err := CheckPayment(pay); err != nil {
 		return PaymentAnswer{}, err
 	}
 	pay.At = p.clock.Now().UTC()

@@ -18,6 +18,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/seckill"
@@ -148,7 +149,7 @@ func payBody(event, order, status, amount, currency string) []byte {
 
 func (s *paySale) pay(t *testing.T, body []byte) seckill.PaymentAnswer {
 	t.Helper()
-	ans, err := s.proc.Pay(context.Background(), body)
+	ans, err := httpapi.ApplyPayment(context.Background(), s.proc, body)
 	if err != nil {
 		t.Fatalf("pay %s: %v", body, err)
 	}
@@ -226,22 +227,22 @@ func TestPaymentWindow(t *testing.T) {
 		}
 		// A wrong amount pays nothing, and answers so again.
 		for range 2 {
-			_, err := s.proc.Pay(ctx, payBody("evt_b2", seckill.OrderID(bob.ID), "succeeded", "9.98", "CNY"))
+			_, err := httpapi.ApplyPayment(ctx, s.proc, payBody("evt_b2", seckill.OrderID(bob.ID), "succeeded", "9.98", "CNY"))
 			if !errors.Is(err, seckill.ErrPaymentMismatch) {
 				t.Fatalf("wrong amount: %v, want ErrPaymentMismatch", err)
 			}
 		}
-		if _, err := s.proc.Pay(ctx, payBody("evt_b3", seckill.OrderID(bob.ID), "succeeded", "9.99", "USD")); !errors.Is(err, seckill.ErrPaymentMismatch) {
+		if _, err := httpapi.ApplyPayment(ctx, s.proc, payBody("evt_b3", seckill.OrderID(bob.ID), "succeeded", "9.99", "USD")); !errors.Is(err, seckill.ErrPaymentMismatch) {
 			t.Fatalf("wrong currency: %v, want ErrPaymentMismatch", err)
 		}
-		if _, err := s.proc.Pay(ctx, payBody("evt_x", "or_01KB0000000000000000000000", "succeeded", "9.99", "CNY")); !errors.Is(err, seckill.ErrNoOrder) {
+		if _, err := httpapi.ApplyPayment(ctx, s.proc, payBody("evt_x", "or_01KB0000000000000000000000", "succeeded", "9.99", "CNY")); !errors.Is(err, seckill.ErrNoOrder) {
 			t.Fatalf("unknown order: %v, want ErrNoOrder", err)
 		}
 		for _, bad := range []string{`{"event_id":"e","order_id":"o","status":"succeeded","amount":"1","currency":"CNY","x":1}`,
 			`{"event_id":"e","order_id":"o","status":"paid","amount":"1","currency":"CNY"}`,
 			`{"event_id":"e|1","order_id":"o","status":"failed","amount":"1.0.0","currency":"cny"}`} {
 			var verr *validation.Error
-			if _, err := s.proc.Pay(ctx, []byte(bad)); !errors.As(err, &verr) {
+			if _, err := httpapi.ApplyPayment(ctx, s.proc, []byte(bad)); !errors.As(err, &verr) {
 				t.Fatalf("%s: %v, want a validation error", bad, err)
 			}
 		}
@@ -363,7 +364,7 @@ func TestNoWindowOrdersConfirmWithEvents(t *testing.T) {
 		if got := s.published(); !slices.Equal(got, []string{"order.created alice  ", "order.created alice 100 JPY"}) {
 			t.Fatalf("events %q", got)
 		}
-		if _, err := s.proc.Pay(context.Background(), payBody("e1", seckill.OrderID(s.mine(t, "priced", "alice").ID), "succeeded", "100", "JPY")); !errors.Is(err, seckill.ErrNoOrder) {
+		if _, err := httpapi.ApplyPayment(context.Background(), s.proc, payBody("e1", seckill.OrderID(s.mine(t, "priced", "alice").ID), "succeeded", "100", "JPY")); !errors.Is(err, seckill.ErrNoOrder) {
 			t.Fatalf("payment of an order without a window: %v, want ErrNoOrder", err)
 		}
 	})
@@ -451,7 +452,7 @@ func TestPaymentRacesExpiry(t *testing.T) {
 			var payErr, expErr error
 			wg.Go(func() {
 				<-start
-				ans, payErr = payer.Pay(ctx, payBody("evt-"+item, seckill.OrderID(p.ID), "succeeded", "5", "EUR"))
+				ans, payErr = httpapi.ApplyPayment(ctx, payer, payBody("evt-"+item, seckill.OrderID(p.ID), "succeeded", "5", "EUR"))
 			})
 			wg.Go(func() {
 				<-start

@@ -364,7 +364,10 @@ func (s *Service) Preheat(ctx context.Context, sale Sale) (State, error) {
 	s.cfg.Logger.Info("item preheated", "item_id", it.ID, "stock", it.Stock, "shards", it.Shards,
 		"per_user_limit", it.PerUserLimit, "starts_at", clock.Format(it.StartsAt), "ends_at", clock.Format(it.EndsAt),
 		"version", in.item.Version, "price", it.Price.String(), "currency", it.Currency, "payment_window", it.Window.String())
-	return s.State(ctx, it.ID)
+	// The sale as this preheat set it up: read back, it may already be
+	// another preheat's, half applied (answered "being preheated" to
+	// readers), or that sale's.
+	return stateOf(it.ID, it.StartsAt, it.EndsAt, it.Stock, s.cfg.Clock.Now().UTC()), nil
 }
 
 // begin opens the intent of preheat it, first finishing a preheat of the

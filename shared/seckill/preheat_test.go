@@ -520,6 +520,11 @@ func TestKilledPreheatIsFinished(t *testing.T) {
 					if _, err := s.svc.Purchase(ctx, "phone", s.bob, 1); !errors.Is(err, seckill.ErrPreheating) {
 						t.Fatalf("bob while the shards are frozen: %v, want ErrPreheating", err)
 					}
+					// Read, the item is being preheated: neither gone (its
+					// new shard has no sale yet) nor a mix of two sales.
+					if st, err := s.svc.State(ctx, "phone"); !errors.Is(err, seckill.ErrPreheating) {
+						t.Fatalf("the item while a preheat is half applied: %+v %v, want ErrPreheating", st, err)
+					}
 					if _, err := s.svc.Preheat(ctx, phoneSale(8, 2, 3)); !errors.Is(err, seckill.ErrPreheatInProgress) {
 						t.Fatalf("a preheat before the deadline: %v, want ErrPreheatInProgress", err)
 					}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -230,25 +231,42 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	if !ok {
-		return State{}, ErrNotFound
+	if !ok || slices.ContainsFunc(metas, func(m shardMeta) bool { return m.frozen != 0 }) {
+		// Between a preheat's freeze and its last reset the shards hold
+		// two sales, or none yet: the item is being preheated, not gone.
+		_, open, err := s.cfg.Store.readIntent(ctx, itemID)
+		switch {
+		case err != nil:
+			return State{}, err
+		case open:
+			return State{}, ErrPreheating
+		case !ok:
+			return State{}, ErrNotFound
+		}
 	}
-	st := State{ItemID: itemID, StartsAt: clock.Format(metas[0].starts), EndsAt: clock.Format(metas[0].ends)}
+	var left int64
 	for _, m := range metas {
-		st.StockLeft += m.left
+		left += m.left
 	}
 	s.forget(itemID, metas[0].version) // a newer sale than what this container remembers
+	return stateOf(itemID, metas[0].starts, metas[0].ends, left, now), nil
+}
+
+// stateOf is the public state of a sale from starts to ends with left
+// units, at now.
+func stateOf(item string, starts, ends time.Time, left int64, now time.Time) State {
+	st := State{ItemID: item, StockLeft: left, StartsAt: clock.Format(starts), EndsAt: clock.Format(ends)}
 	switch {
-	case !now.Before(metas[0].ends):
+	case !now.Before(ends):
 		st.Status = Ended
-	case now.Before(metas[0].starts):
+	case now.Before(starts):
 		st.Status = Upcoming
-	case st.StockLeft == 0:
+	case left == 0:
 		st.Status = SoldOut
 	default:
 		st.Status = Live
 	}
-	return st, nil
+	return st
 }
 
 // Purchase admits or refuses one purchase attempt of user for quantity units

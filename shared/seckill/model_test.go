@@ -480,6 +480,10 @@ type machine struct {
 	seen seen
 	// last is what the last check read.
 	last truth
+	// releases counts the parked calls let go (a release step, or the
+	// drain at the end of a run): a purchase answered with no release
+	// since it began saw no other call's change.
+	releases int
 	// pending are the preheats under way, each told after every step
 	// whether a purchase of the current sale waited then (see preheat).
 	pending []*bool
@@ -552,6 +556,7 @@ func (m *machine) unpark(check bool) {
 		g := m.parked[0]
 		m.parked = m.parked[1:]
 		close(g.release)
+		m.releases++
 		m.await(g.task)
 		if check {
 			m.check()
@@ -675,6 +680,7 @@ func (m *machine) do(a act) {
 			g := m.parked[i]
 			m.parked = slices.Delete(m.parked, i, i+1)
 			close(g.release)
+			m.releases++
 			m.await(g.task)
 		}
 	default:
@@ -911,7 +917,7 @@ func (m *machine) buy(c *container, user, qty int) {
 	}
 	name := userName(user)
 	// What Redis held when the purchase began: the last step's reading.
-	step, bought, limit := len(m.log), entryTotal(m.last.entries[name]), m.sale.limit
+	step, released, bought, limit := len(m.log), m.releases, entryTotal(m.last.entries[name]), m.sale.limit
 	var p seckill.Purchase
 	m.run("purchase", func() error {
 		var err error
@@ -927,7 +933,7 @@ func (m *machine) buy(c *container, user, qty int) {
 			default:
 				m.violate("unexpected error", "purchase: %v", err)
 			}
-			if len(m.log) == step { // answered in its own step: it saw no other step's change
+			if len(m.log) == step && m.releases == released { // answered in its own step: it saw no other call's change
 				m.judgeRefusal(name, qty, bought, limit, err)
 			}
 			return
@@ -1965,6 +1971,18 @@ var modelRegressions = map[string][]act{
 	// preheated" (503, retry), not 404.
 	"preheat read back during the next": {{"preheat", 1, 1, 1, 0}, {"redisFault", 2, 0, 0, 0}, {"redisFault", 2, 1, 0, 0},
 		{"redisFault", 17, 1, 0, 0}, {"preheat", 1, 1, 1, 0}, {"preheat", 2, 2, 1, 0}, {"release", 0, 0, 0, 0}},
+	// Found by make test's default runs (CI, 2026-12-03): u3's purchase
+	// held its limit at home (1 left, 2 asked) and its take on shard 0 met
+	// a preheat's freeze (take.lua's reply lost, resent later); the
+	// preheat (1 shard) then committed and reset shard 0 under a new
+	// version, and the resent take answered "the item changed", which the
+	// service answered "sold out" (410), though the new sale had stock.
+	// It answers "being preheated" (503, retry) now. The model also judged
+	// that refusal as if it had seen no other call's change: the drain at
+	// the end of a run let the preheat go first without a step.
+	"sold out never shown": {{"preheat", 1, 1, 1, 0}, {"compensate", 0, 0, 0, 0}, {"redisFault", 6, 1, 0, 0},
+		{"redisFault", 0, 1, 0, 0}, {"preheat", 2, 3, 2, 2}, {"redisFault", 8, 1, 0, 0}, {"preheat", 1, 2, 1, 0},
+		{"buy", 1, 2, 0, 2}, {"buy", 3, 2, 0, 1}},
 	"orders pending seen before the answer": {{"preheat", 1, 1, 1, 0}, {"redisFault", 10, 1, 0, 0},
 		{"redisFault", 12, 1, 0, 0}, {"preheat", 1, 1, 1, 0}, {"buy", 0, 1, 0, 0}, {"release", 0, 0, 0, 0},
 		{"poll", 0, 0, 0, 0}, {"deliver", 0, 0, 0, 0}},

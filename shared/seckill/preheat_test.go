@@ -655,3 +655,48 @@ func TestStrayFreezeIsUndone(t *testing.T) {
 		}
 	})
 }
+
+// TestPurchaseAcrossAPreheatIsToldToRetry: a buyer's purchase held its
+// limit at home (too little stock there) and was about to take stock on
+// another shard when its container stalled; meanwhile the item was
+// preheated again. The take finds another sale: the answer is "being
+// preheated" (retry), which the new sale may well serve, never "sold
+// out" (410, final) while it has stock. Found by the flash-sale model
+// ("sold out never shown").
+func TestPurchaseAcrossAPreheatIsToldToRetry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		clk := clock.NewFake(t0)
+		store := seckill.NewStore(b.Client, "hg:")
+		admin := newService(t, store, clk)
+		sale := seckill.Sale{ItemID: "phone", Stock: 3, Shards: 2, PerUserLimit: 2, StartsAt: t0, EndsAt: t0.Add(time.Hour)}
+		if _, err := admin.Preheat(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+		client, stop := stoppableClient(t, b.Client)
+		buyer := newService(t, seckill.NewStore(client, "hg:"), clk)
+		dave := usersHomedAt("dave", 1, 2, 1)[0] // 1 unit at home, 2 on shard 0
+		stop.at("take.lua", 0, true)
+		answer := make(chan error, 1)
+		go func() {
+			_, err := buyer.Purchase(ctx, "phone", dave, 2)
+			answer <- err
+		}()
+		<-stop.stopped
+		clk.Advance(time.Millisecond)
+		again := seckill.Sale{ItemID: "phone", Stock: 5, Shards: 1, PerUserLimit: 2, StartsAt: t0, EndsAt: t0.Add(time.Hour)}
+		if _, err := admin.Preheat(ctx, again); err != nil {
+			t.Fatalf("the preheat while dave's take stalls: %v", err)
+		}
+		close(stop.resume)
+		if err := <-answer; !errors.Is(err, seckill.ErrPreheating) {
+			t.Fatalf("dave's purchase across the preheat: %v, want ErrPreheating (retry)", err)
+		}
+		if st, err := admin.State(ctx, "phone"); err != nil || st.StockLeft != 5 {
+			t.Fatalf("the new sale: %+v %v, want its 5 units", st, err)
+		}
+		if _, err := buyer.Purchase(ctx, "phone", dave, 2); err != nil {
+			t.Fatalf("dave's retry under the new sale: %v", err)
+		}
+	})
+}

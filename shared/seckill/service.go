@@ -454,14 +454,17 @@ func (s *Service) borrow(ctx context.Context, a attempt, homeEmpty bool) (Purcha
 			continue
 		}
 		// Ended, re-preheated (or being preheated) or past the hold: no
-		// stock will be found.
+		// stock will be found under this sale.
 		if _, err := s.cfg.Store.unclaim(ctx, a.item, a.home, a.user, a.pid, a.qty, true); err != nil {
 			return Purchase{}, err
 		}
 		switch res.code {
 		case codeEnded:
 			return Purchase{}, s.refusal(a.item, admission{code: codeEnded, version: a.version}, a.now)
-		case codeFrozen:
+		case codeFrozen, codeUnknown:
+			// Being preheated, or preheated again under this purchase
+			// (take.lua's 0): the new sale may well have stock, so the
+			// answer is "retry", never "sold out".
 			s.countRefusal(ErrPreheating)
 			return Purchase{}, ErrPreheating
 		}

@@ -64,6 +64,10 @@ const (
 	// reconciler handed to Redis ahead of their time: not repairs.
 	Promoted       = "Promoted"
 	PollerFailures = "PollerFailures"
+	// HousekeepingFailures counts failed runs of the poller's housekeeping
+	// (queue metrics, reconciler, compensation, key purge), once without
+	// dimensions (what alarms) and once by Task.
+	HousekeepingFailures = "HousekeepingFailures"
 	// OrderExpiryFailures counts expiry jobs of unpaid flash-sale orders
 	// that failed (the consumer emits it); the order stays awaiting payment
 	// and its stock held until one succeeds.
@@ -198,3 +202,7 @@ func (s *Sample) Take() []float64 {
 	s.values, s.seen = nil, 0
 	return out
 }
+
+// CallbackUnknown is the PayoutCallbacks metric's Result for a callback
+// about a withdrawal that does not exist (never created, or purged).
+const CallbackUnknown = "unknown"

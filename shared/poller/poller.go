@@ -254,6 +254,8 @@ func (p *Poller) runTasks(ctx context.Context, now time.Time) {
 		}
 		if err := t.Run(ctx, now); err != nil {
 			p.cfg.Logger.Error("housekeeping failed", "task", t.Name, "error", err.Error())
+			p.cfg.Metrics.Count(metrics.HousekeepingFailures, 1, nil)
+			p.cfg.Metrics.Count(metrics.HousekeepingFailures, 1, map[string]string{"Task": t.Name})
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/poller"
 )
 
@@ -662,9 +663,11 @@ func TestTasksRunAtMostOncePerEvery(t *testing.T) {
 			return err
 		}}
 	}
+	var emf syncBuffer
 	p := newPoller(t, poller.Config{
 		Queues: poller.Static(q), Dispatcher: &recorder{}, Clock: clk, Interval: time.Millisecond, Ack: true,
-		Tasks: []poller.Task{task("purge", nil), task("reconcile", errors.New("reconcile: boom"))},
+		Tasks:   []poller.Task{task("purge", nil), task("reconcile", errors.New("reconcile: boom"))},
+		Metrics: metrics.New(&emf, clk),
 	})
 	until := t0.Add(10 * time.Minute)
 	done := make(chan poller.Totals)
@@ -698,6 +701,22 @@ drive:
 	}
 	if tot.Rounds < len(runs["purge"]) {
 		t.Errorf("%d rounds but %d task runs", tot.Rounds, len(runs["purge"]))
+	}
+	// Each failed run is counted for the alarm (no dimensions) and by task;
+	// the task that succeeds is never counted.
+	byTask := map[string]int{}
+	for line := range strings.Lines(emf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("EMF line %q: %v", line, err)
+		}
+		if n, ok := m[metrics.HousekeepingFailures].(float64); ok {
+			task, _ := m["Task"].(string)
+			byTask[task] += int(n)
+		}
+	}
+	if want := len(runs["reconcile"]); byTask[""] != want || byTask["reconcile"] != want || len(byTask) != 2 {
+		t.Errorf("HousekeepingFailures by task %v, want %d for the alarm and %d for reconcile (it failed every run)", byTask, want, want)
 	}
 }
 

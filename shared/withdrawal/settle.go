@@ -41,14 +41,26 @@ func (s *Service) Callback(ctx context.Context, id string, c Callback) (Settled,
 	if err := CheckCallback(id, c); err != nil {
 		return Settled{}, err
 	}
-	if !plausibleID(id) {
-		return Settled{}, ErrNotFound
-	}
+	var w Withdrawal
+	var applied Applied
+	var err error
 	c.At = s.cfg.Clock.Now().UTC()
-	w, applied, err := s.cfg.Ledger.Apply(ctx, id, c)
-	if errors.Is(err, ErrNotSent) {
+	if plausibleID(id) {
+		w, applied, err = s.cfg.Ledger.Apply(ctx, id, c)
+	} else {
+		err = ErrNotFound
+	}
+	switch {
+	case errors.Is(err, ErrNotSent):
 		applied = NotSent
-	} else if err != nil {
+	case errors.Is(err, ErrNotFound):
+		// Signed by the provider, about no withdrawal of ours: a payout
+		// nobody here asked for, or the wrong environment's callbacks.
+		s.cfg.Metrics.Count(metrics.PayoutCallbacks, 1, map[string]string{"Result": metrics.CallbackUnknown})
+		s.cfg.Logger.Error("payout callback about an unknown withdrawal; refused, for an operator to look at",
+			"withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status)
+		return Settled{}, err
+	case err != nil:
 		return Settled{}, err
 	}
 	log := correlation.Logger(s.cfg.Logger, w.RequestID).With("withdrawal_id", id, "event_id", c.EventID, "callback_status", c.Status, "status", w.Status)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -51,7 +52,18 @@ func render(tpl map[string]any, v any) string {
 			if _, ok := resources(tpl, "AWS::SecretsManager::Secret")[r]; ok {
 				return fmt.Sprintf("arn:%s:secretsmanager:%s:%s:secret:%s-Rnd0m1", testPartition, testRegion, testAccount, r)
 			}
+			if _, ok := resources(tpl, "AWS::SNS::Topic")[r]; ok {
+				return arnOf("AWS::SNS::Topic", r)
+			}
 			return "<ref " + r + ">"
+		}
+		if ga, ok := x["Fn::GetAtt"].([]any); ok && len(ga) == 2 && ga[1] == "Arn" {
+			id := ga[0].(string)
+			if res, ok := tpl["Resources"].(map[string]any)[id].(map[string]any); ok {
+				if arn := arnOf(res["Type"].(string), id); arn != "" {
+					return arn
+				}
+			}
 		}
 		if j, ok := x["Fn::Join"].([]any); ok {
 			var parts []string
@@ -62,6 +74,22 @@ func render(tpl map[string]any, v any) string {
 		}
 	}
 	return "<" + mustJSON(v) + ">"
+}
+
+// arnOf is the ARN a resource of the test account has once deployed, its
+// name taken to be its logical id; "" for a type not listed.
+func arnOf(typ, id string) string {
+	switch typ {
+	case "AWS::SNS::Topic":
+		return fmt.Sprintf("arn:%s:sns:%s:%s:%s", testPartition, testRegion, testAccount, id)
+	case "AWS::SQS::Queue":
+		return fmt.Sprintf("arn:%s:sqs:%s:%s:%s", testPartition, testRegion, testAccount, id)
+	case "AWS::KMS::Key":
+		return fmt.Sprintf("arn:%s:kms:%s:%s:key/%s", testPartition, testRegion, testAccount, id)
+	case "AWS::IAM::Role":
+		return fmt.Sprintf("arn:%s:iam::%s:role/%s", testPartition, testAccount, id)
+	}
+	return ""
 }
 
 // evaluatedARNs are the ARNs IAM may evaluate a GetSecretValue of secretID
@@ -630,37 +658,95 @@ func TestRedisGroupID(t *testing.T) {
 	}
 }
 
-func TestPollerReservedConcurrency(t *testing.T) {
+// TestReservedConcurrency: the poller's reservation, and the caps of the
+// two API functions (a flash sale must not take the concurrency the poller
+// and the consumer need), are context values, off by default.
+func TestReservedConcurrency(t *testing.T) {
 	f := stacks(t)
 	for _, st := range []struct {
 		stack *HourglassStack
 		m     map[string]any
-		want  any
-	}{{f.def, f.defMap, nil}, {f.opt, f.optMap, float64(2)}} {
+		want  map[string]any
+	}{{f.def, f.defMap, nil}, {f.opt, f.optMap, map[string]any{fnPoller: 2.0, fnEnqueue: 40.0, fnSeckill: 200.0}}} {
+		byID := map[string]string{}
+		for _, name := range functionNames {
+			byID[logicalID(st.stack, st.stack.Functions[name])] = name
+		}
 		for id, r := range resources(st.m, "AWS::Lambda::Function") {
-			got := propsOf(r)["ReservedConcurrentExecutions"]
-			want := any(nil)
-			if id == logicalID(st.stack, st.stack.Functions[fnPoller]) {
-				want = st.want
-			}
-			if got != want {
+			if got, want := propsOf(r)["ReservedConcurrentExecutions"], st.want[byID[id]]; got != want {
 				t.Errorf("%s %s reserves %v, want %v", *st.stack.Stack.StackName(), id, got, want)
 			}
 		}
 	}
-	for _, tt := range []struct {
-		v       any
-		want    int
-		wantErr bool
-	}{{nil, 0, false}, {0.0, 0, false}, {"1", 1, false}, {1000.0, 1000, false}, {"1001", 0, true}, {-1.0, 0, true}, {"two", 0, true}} {
-		s, err := SettingsFrom(func(key string) any {
-			if key == ctxPollerReserved {
-				return tt.v
+	for key, field := range map[string]func(Settings) int{
+		ctxPollerReserved:  func(s Settings) int { return s.PollerReservedConcurrency },
+		ctxEnqueueReserved: func(s Settings) int { return s.EnqueueReservedConcurrency },
+		ctxSeckillReserved: func(s Settings) int { return s.SeckillReservedConcurrency },
+	} {
+		for _, tt := range []struct {
+			v       any
+			want    int
+			wantErr bool
+		}{{nil, 0, false}, {0.0, 0, false}, {"1", 1, false}, {1000.0, 1000, false}, {"1001", 0, true}, {-1.0, 0, true}, {"two", 0, true}} {
+			s, err := SettingsFrom(func(k string) any {
+				if k == key {
+					return tt.v
+				}
+				return nil
+			})
+			if (err != nil) != tt.wantErr || (err == nil && field(s) != tt.want) {
+				t.Errorf("%s %v: %d, %v; want %d (error %v)", key, tt.v, field(s), err, tt.want, tt.wantErr)
 			}
-			return nil
-		})
-		if (err != nil) != tt.wantErr || (err == nil && s.PollerReservedConcurrency != tt.want) {
-			t.Errorf("pollerReservedConcurrency %v: %d, %v; want %d (error %v)", tt.v, s.PollerReservedConcurrency, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// TestConsumerTimeoutCoversAnAttempt: the consumer's timeout leaves the
+// documented worst case of a payout attempt a margin, with the provider
+// call's bound set in the function as the stack computed it.
+func TestConsumerTimeoutCoversAnAttempt(t *testing.T) {
+	f := stacks(t)
+	for _, st := range []struct {
+		stack *HourglassStack
+		m     map[string]any
+	}{{f.def, f.defMap}, {f.opt, f.optMap}} {
+		p := propsOf(resources(st.m, "AWS::Lambda::Function")[logicalID(st.stack, st.stack.Functions[fnConsumer])])
+		vars := p["Environment"].(map[string]any)["Variables"].(map[string]any)
+		call, err := time.ParseDuration(fmt.Sprint(vars["PAYOUT_TIMEOUT"]))
+		if err != nil {
+			t.Fatalf("PAYOUT_TIMEOUT %v: %v", vars["PAYOUT_TIMEOUT"], err)
+		}
+		worst := 2*call + 5*time.Second
+		timeout := time.Duration(p["Timeout"].(float64)) * time.Second
+		if margin := timeout - worst; margin < 15*time.Second {
+			t.Errorf("consumer timeout %s leaves %s after an attempt's worst case (%s), want at least 15 s", timeout, margin, worst)
+		}
+	}
+}
+
+// TestNatAddressesAreOutputs: each NAT gateway's public IP is an output,
+// for the payout provider's allowlist.
+func TestNatAddressesAreOutputs(t *testing.T) {
+	f := stacks(t)
+	for _, st := range []struct {
+		stack *HourglassStack
+		m     map[string]any
+	}{{f.def, f.defMap}, {f.opt, f.optMap}} {
+		eips := resources(st.m, "AWS::EC2::EIP")
+		outs := st.m["Outputs"].(map[string]any)
+		n := 0
+		for name, o := range outs {
+			if !strings.HasPrefix(name, "NatPublicIp") {
+				continue
+			}
+			n++
+			v := o.(map[string]any)["Value"].(map[string]any)["Fn::GetAtt"].([]any)
+			if _, ok := eips[v[0].(string)]; !ok || v[1] != "PublicIp" {
+				t.Errorf("%s is %v, not a NAT gateway's address", name, v)
+			}
+		}
+		if n != len(eips) || n != st.stack.settings.Profile.NatGateways {
+			t.Errorf("%s: %d NAT address outputs, %d addresses, %d NAT gateways", *st.stack.Stack.StackName(), n, len(eips), st.stack.settings.Profile.NatGateways)
 		}
 	}
 }

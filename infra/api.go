@@ -113,7 +113,7 @@ func (s *HourglassStack) createApi() {
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
 	for _, name := range []string{fnEnqueue, fnSeckill} {
 		integrations[name] = awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(name+"Integration"),
-			s.Functions[name], &awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+			s.invoked(name), &awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 			})
 	}

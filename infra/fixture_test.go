@@ -64,6 +64,10 @@ var optSettings = func() Settings {
 	s.PaymentsSecretName = "prod/payments-webhook"
 	s.PollerReservedConcurrency = 2
 	s.AdminRoleARNs = []string{"arn:aws:iam::123456789012:role/ops/hourglass-operator"}
+	s.FinanceReaderARNs = []string{"arn:aws:iam::444455556666:role/finance/payout-reader"}
+	s.OrdersReaderARNs = []string{"arn:aws:iam::123456789012:role/shipping"}
+	s.EnqueueReservedConcurrency = 40
+	s.SeckillReservedConcurrency = 200
 	return s
 }()
 

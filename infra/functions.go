@@ -23,10 +23,16 @@ const (
 	// every 60 s: consecutive runs overlap and the queue is never unwatched.
 	pollerTimeout = 75 * time.Second
 	pollerMargin  = 5 * time.Second
+	// payoutTimeout bounds one provider call (PAYOUT_TIMEOUT, which the
+	// stack sets); payoutAttempt is the documented worst case of one payout
+	// attempt, which no call outlives: 2 x PAYOUT_TIMEOUT + 5 s.
+	payoutTimeout = 10 * time.Second
+	payoutAttempt = 2*payoutTimeout + 5*time.Second
 	// consumerTimeout bounds one batch of up to 10 jobs, which run
-	// concurrently; a payout attempt takes at most 2 x PAYOUT_TIMEOUT
-	// (10 s) + 5 s.
-	consumerTimeout   = 30 * time.Second
+	// concurrently: an attempt, then its ledger write and finance's message
+	// (each bounded by its own deadline of a few seconds), with a margin
+	// for a cold start and a slow Redis.
+	consumerTimeout   = payoutAttempt + 20*time.Second
 	consumerBatchSize = 10
 	// apiTimeout bounds a request; API Gateway gives up at 30 s.
 	apiTimeout = 10 * time.Second
@@ -112,6 +118,7 @@ func adminFunctions() map[string]bool {
 func (s *HourglassStack) createFunctions() error {
 	consumerEnv := map[string]*string{
 		"PAYOUT_URL":                jsii.String(s.settings.PayoutURL),
+		"PAYOUT_TIMEOUT":            jsii.String(payoutTimeout.String()),
 		"PAYOUT_SIGNING_SECRET_ID":  jsii.String(s.settings.PayoutSecretName),
 		"PAYOUT_LOOKUP":             jsii.String(strconv.FormatBool(s.settings.PayoutLookup)),
 		"PAYOUT_IDEMPOTENCY_WINDOW": jsii.String(s.settings.PayoutIdempotencyWindow),
@@ -129,7 +136,7 @@ func (s *HourglassStack) createFunctions() error {
 	}
 	specs := []functionSpec{
 		{
-			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout,
+			name: fnEnqueue, memoryMB: 512, timeout: apiTimeout, reserved: s.settings.EnqueueReservedConcurrency,
 			description: "Withdrawal API: create, list, get, reschedule, cancel; the payout and payment providers' callbacks; operator stats; health",
 			env: map[string]*string{
 				"HOURGLASS_JWT_SCOPE":        jsii.String(s.settings.JWTScope),
@@ -139,7 +146,7 @@ func (s *HourglassStack) createFunctions() error {
 		},
 		{
 			// More memory is more CPU: admissions come in bursts.
-			name: fnSeckill, memoryMB: 1024, timeout: apiTimeout,
+			name: fnSeckill, memoryMB: 1024, timeout: apiTimeout, reserved: s.settings.SeckillReservedConcurrency,
 			description: "Flash-sale API: preheat, item state, purchase admission, purchase result",
 			env:         map[string]*string{"HOURGLASS_JWT_SCOPE": jsii.String(s.settings.JWTScope)},
 		},
@@ -217,7 +224,8 @@ func (s *HourglassStack) createFunctions() error {
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PaymentsSecretName))
 	s.allowWebhookPorts()
 
-	consumer.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
+	s.createAliases()
+	s.invoked(fnConsumer).AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(consumerBatchSize),
 		ReportBatchItemFailures: jsii.Bool(true),
 		MaxConcurrency:          jsii.Number(float64(s.settings.ConsumerMaxConcurrency)),

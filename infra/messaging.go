@@ -93,17 +93,36 @@ func (s *HourglassStack) createMessaging() {
 		EnforceSSL:  jsii.Bool(true),
 	})
 	s.OrdersQueue, s.OrdersDeadLetterQueue = s.durableSubscriber(s.OrdersTopic, "Orders")
+	s.letRead(s.FinanceQueue, "FinanceReaders", s.settings.FinanceReaderARNs)
+	s.letRead(s.OrdersQueue, "OrdersReaders", s.settings.OrdersReaderARNs)
 
 	s.AlarmTopic = awssns.NewTopic(s.Stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
 		DisplayName: jsii.String("Hourglass ops alarms"),
 		MasterKey:   s.AlarmKey,
 		EnforceSSL:  jsii.Bool(true),
 	})
-	// CloudWatch publishes alarms into the encrypted topic only if the key
-	// lets it; the condition keeps it to this account's alarms.
+	// An alarm's publish is authorized by the topic policy alone (CloudWatch
+	// is no IAM principal of ours), and EnforceSSL's policy holds only a
+	// Deny: without this statement every alarm action fails and no one is
+	// paged. The conditions keep it to this account's alarms. CloudWatch
+	// then encrypts into the topic only if the key lets it too.
+	s.AlarmTopic.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarmsPublish"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("sns:Publish"),
+		Resources:  &[]*string{s.AlarmTopic.TopicArn()},
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"aws:SourceAccount": s.Stack.Account()},
+			"ArnLike":      map[string]any{"aws:SourceArn": s.alarmARNs()},
+		},
+	}))
 	s.letServiceUseKey(s.AlarmKey, "CloudWatchAlarmsPublish", "cloudwatch.amazonaws.com", "kms:Decrypt", "kms:GenerateDataKey*")
 	if e := s.settings.AlarmEmail; e != "" {
 		s.AlarmTopic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(e), nil))
+	} else {
+		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String("hourglass:no-alarm-email"),
+			jsii.String("context alarmEmail is empty: the alarms publish to AlarmTopic and no one is paged "+
+				"(pass -c alarmEmail=oncall@example.com, or subscribe your pager to the AlarmTopicArn output)"), nil)
 	}
 }
 
@@ -141,6 +160,43 @@ func (s *HourglassStack) durableSubscriber(topic awssns.Topic, name string) (que
 	})
 	return queue, dlq
 }
+
+// alarmARNs matches the ARN of every CloudWatch alarm of this account in
+// this region (the alarms' names are CloudFormation's, made at deploy).
+func (s *HourglassStack) alarmARNs() *string {
+	return jsii.String("arn:" + *s.Stack.Partition() + ":cloudwatch:" + *s.Stack.Region() + ":" + *s.Stack.Account() + ":alarm:*")
+}
+
+// letRead lets roles read queue: take, delete and hold its messages, and
+// decrypt them with the data key, through SQS only (kms:ViaService). The
+// key statement's sid names the readers.
+func (s *HourglassStack) letRead(queue awssqs.Queue, sid string, roles []string) {
+	if len(roles) == 0 {
+		return
+	}
+	var principals []awsiam.IPrincipal
+	for _, r := range roles {
+		principals = append(principals, awsiam.NewArnPrincipal(jsii.String(r)))
+	}
+	queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(sid),
+		Principals: &principals,
+		Actions:    jsii.Strings(readerActions...),
+		Resources:  &[]*string{queue.QueueArn()},
+	}))
+	s.DataKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(sid),
+		Principals: &principals,
+		Actions:    jsii.Strings("kms:Decrypt"),
+		Resources:  jsii.Strings("*"),
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"kms:ViaService": "sqs." + *s.Stack.Region() + ".amazonaws.com"},
+		},
+	}), nil)
+}
+
+// readerActions are what a reader of a subscriber queue does.
+var readerActions = []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}
 
 // letServiceUseKey lets an AWS service use key on behalf of this account's
 // resources only (aws:SourceAccount): the statement sid names the purpose.

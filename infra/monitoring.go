@@ -47,7 +47,28 @@ const (
 	// there but expires it 14 days after its first enqueue, of which the
 	// work queue kept it 4 at most: at least 7 days are left then.
 	deadLetterAgeSeconds = 3 * 24 * 3600
+	// subscriberAgeSeconds: a finance message or order event nobody read in
+	// 3 days pages; SQS drops it at 14.
+	subscriberAgeSeconds = 3 * 24 * 3600
+	// payoutFailurePercent of the payouts ending in 5 minutes failed, at
+	// least payoutFailureMin of them: a provider refusing everything (a 4xx
+	// to every call) fails each withdrawal, which no other alarm sees.
+	payoutFailurePercent = 50
+	payoutFailureMin     = 5
+	// housekeepingFailures in 5 minutes: one failed pass (a blip) does not
+	// page, a task that keeps failing does.
+	housekeepingPeriods    = 5
+	housekeepingDatapoints = 2
+	// throttlePeriods: Lambda throttled a function in 2 of 3 minutes.
+	throttlePeriods    = 3
+	throttleDatapoints = 2
 )
+
+// workQueueAgeSeconds: the longest a job message lives in the work queue
+// while its deliveries fail (each redelivered after the visibility timeout,
+// dead-lettered after maxReceiveCount). Older than that, the consumer does
+// not take messages at all.
+var workQueueAgeSeconds = float64(maxReceiveCount*visibilityFactor) * consumerTimeout.Seconds()
 
 // runbook is the docs/operations.md section of each alarm: its construct id
 // lowercased (GitHub's anchor of a "### <id>" heading), the four function
@@ -209,8 +230,8 @@ func (s *HourglassStack) createMonitoring() {
 				}),
 			},
 			{
-				graph("Poller: claimed, refused by SQS, reaped", 6, []awscloudwatch.IMetric{
-					sum(metrics.Claimed), sum(metrics.Refused), sum(metrics.Reaped),
+				graph("Poller: claimed, refused by SQS, reaped, housekeeping failures", 6, []awscloudwatch.IMetric{
+					sum(metrics.Claimed), sum(metrics.Refused), sum(metrics.Reaped), sum(metrics.HousekeepingFailures),
 				}),
 				graph("Flash sale: admissions and orders", 6, []awscloudwatch.IMetric{
 					sum(metrics.Admitted), sum(metrics.OrdersConfirmed), sum(metrics.OrdersReleased),
@@ -257,15 +278,104 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 		a.AddAlarmAction(action)
 		a.AddOkAction(action)
 		s.Alarms = append(s.Alarms, a)
+		if s.alarmByID == nil {
+			s.alarmByID = map[string]awscloudwatch.Alarm{}
+		}
+		s.alarmByID[id] = a
 	}
 
+	// No data is the alarm too: the poller emits the lag every 10 s (its
+	// queue-metrics housekeeping), so without it the lag is unknown.
 	alarm("WithdrawalsDueLagAlarm",
-		"Withdrawals are handed over more than a minute after they fall due, three minutes running: the poller is behind or stuck.",
+		"Withdrawals are handed over more than a minute after they fall due, or the lag is not reported at all, "+
+			"three minutes running: the poller is behind or stuck, or its queue metrics fail.",
 		&awscloudwatch.AlarmProps{
 			Metric:            queueMetric(metrics.OldestDueLagMs, "Maximum", queueWithdrawals),
 			Threshold:         jsii.Number(dueLagThresholdMs),
 			EvaluationPeriods: jsii.Number(dueLagPeriods),
 			DatapointsToAlarm: jsii.Number(dueLagPeriods),
+			TreatMissingData:  awscloudwatch.TreatMissingData_BREACHING,
+		})
+	alarm("HousekeepingFailuresAlarm",
+		fmt.Sprintf("The poller's housekeeping (queue metrics, reconciler, flash-sale compensation, key purge) failed in %d of %d minutes: "+
+			"lost jobs are not given back, held stock is not released, or the queue metrics stop. "+
+			"The HousekeepingFailures metric by Task and the poller's logs (\"housekeeping failed\") name the task.",
+			housekeepingDatapoints, housekeepingPeriods),
+		&awscloudwatch.AlarmProps{
+			Metric:            sum(metrics.HousekeepingFailures),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(housekeepingPeriods),
+			DatapointsToAlarm: jsii.Number(housekeepingDatapoints),
+		})
+	paid, failed := hgMetric(metrics.PayoutsPaid, "Sum", "", nil), hgMetric(metrics.PayoutsFailed, "Sum", "", nil)
+	five := awscdk.Duration_Minutes(jsii.Number(5))
+	alarm("PayoutFailuresAlarm",
+		fmt.Sprintf("At least %d payouts ended failed in 5 minutes, more than %d%% of those that ended: the provider refuses them "+
+			"(a changed API, a closed account, bad destinations). Users are told failed and finance receives failed.",
+			payoutFailureMin, payoutFailurePercent),
+		&awscloudwatch.AlarmProps{
+			Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+				Expression: jsii.String(fmt.Sprintf("IF(FILL(failed, 0) >= %d, 100 * FILL(failed, 0) / (FILL(paid, 0) + FILL(failed, 0)), 0)",
+					payoutFailureMin)),
+				UsingMetrics: &map[string]awscloudwatch.IMetric{
+					"paid":   paid.With(&awscloudwatch.MetricOptions{Period: five}),
+					"failed": failed.With(&awscloudwatch.MetricOptions{Period: five}),
+				},
+				Label:  jsii.String("failed payouts (%)"),
+				Period: five,
+			}),
+			Threshold:         jsii.Number(payoutFailurePercent),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	var throttles []string
+	usingThrottles := map[string]awscloudwatch.IMetric{}
+	for i, name := range functionNames {
+		id := fmt.Sprintf("t%d", i)
+		usingThrottles[id] = s.Functions[name].MetricThrottles(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute})
+		throttles = append(throttles, id)
+	}
+	alarm("FunctionThrottlesAlarm",
+		fmt.Sprintf("Lambda throttled a function in %d of %d minutes (the account's concurrency, or a function's reservation, is used up): "+
+			"API callers get 429 or 503, due jobs wait. The Lambda throttles graph names the function.", throttleDatapoints, throttlePeriods),
+		&awscloudwatch.AlarmProps{
+			Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+				Expression:   jsii.String(fmt.Sprintf("SUM([%s])", strings.Join(throttles, ","))),
+				UsingMetrics: &usingThrottles,
+				Label:        jsii.String("throttles"),
+				Period:       minute,
+			}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(throttlePeriods),
+			DatapointsToAlarm: jsii.Number(throttleDatapoints),
+		})
+	oldest := func(q awssqs.Queue) awscloudwatch.Metric {
+		return q.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: five})
+	}
+	alarm("WorkQueueAgeAlarm",
+		fmt.Sprintf("A job message has waited in the work queue for over %.0f s, longer than its deliveries can take before "+
+			"it is dead-lettered: the consumer is not taking messages (disabled event source, throttled, failing at start).", workQueueAgeSeconds),
+		&awscloudwatch.AlarmProps{Metric: oldest(s.WorkQueue), Threshold: jsii.Number(workQueueAgeSeconds), EvaluationPeriods: jsii.Number(1)})
+	// The subscriber queues are the readers' own channel only when no
+	// webhook is: with one, the queue keeps a copy nobody has to read.
+	if s.settings.FinanceWebhookURL == "" {
+		alarm("FinanceQueueAgeAlarm",
+			"A finance message has not been read from the finance queue for 3 days: finance does not receive the payouts, "+
+				"and SQS drops each message 14 days after it was sent.",
+			&awscloudwatch.AlarmProps{Metric: oldest(s.FinanceQueue), Threshold: jsii.Number(subscriberAgeSeconds), EvaluationPeriods: jsii.Number(1)})
+	}
+	if s.settings.OrdersWebhookURL == "" {
+		alarm("OrdersQueueAgeAlarm",
+			"An order event has not been read from the orders queue for 3 days: stock, SMS and shipping do not hear of orders, "+
+				"and SQS drops each event 14 days after it was sent.",
+			&awscloudwatch.AlarmProps{Metric: oldest(s.OrdersQueue), Threshold: jsii.Number(subscriberAgeSeconds), EvaluationPeriods: jsii.Number(1)})
+	}
+	alarm("CallbacksUnknownAlarm",
+		"The payout provider sent a signed callback about a withdrawal that does not exist here (refused 404): "+
+			"it paid or refused something nobody here asked for, or another environment's callbacks reach this one.",
+		&awscloudwatch.AlarmProps{
+			Metric:            hgMetric(metrics.PayoutCallbacks, "Sum", "", map[string]string{"Result": metrics.CallbackUnknown}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(1),
 		})
 	// A payout whose outcome is unknown is never failed: it retries until
 	// the provider's lookup, its callback or an operator settles it. Past the

@@ -76,6 +76,19 @@ type Settings struct {
 	// AdminRoleARNs are the IAM roles whose callers the admin routes serve
 	// (HOURGLASS_ADMIN_ROLE_ARNS); with none they refuse every caller.
 	AdminRoleARNs []string
+	// FinanceReaderARNs and OrdersReaderARNs are the IAM roles (of this
+	// account or another) that read the finance queue and the orders queue:
+	// the queue's policy and the data key's let them receive and delete
+	// messages and decrypt them (through SQS only). A role of another
+	// account also needs its own account's IAM policy to allow it.
+	FinanceReaderARNs []string
+	OrdersReaderARNs  []string
+	// EnqueueReservedConcurrency and SeckillReservedConcurrency reserve (and
+	// cap at) that much of the account's Lambda concurrency for the two API
+	// functions (1..1000); 0 reserves none. A cap keeps a flash sale from
+	// taking the concurrency the poller and the consumer need.
+	EnqueueReservedConcurrency int
+	SeckillReservedConcurrency int
 }
 
 // Context keys, as operators type them.
@@ -101,6 +114,10 @@ const (
 	ctxPaymentsSecretName     = "paymentsSecretName"
 	ctxPollerReserved         = "pollerReservedConcurrency"
 	ctxAdminRoleARNs          = "adminRoleArns"
+	ctxFinanceReaderARNs      = "financeReaderArns"
+	ctxOrdersReaderARNs       = "ordersReaderArns"
+	ctxEnqueueReserved        = "enqueueReservedConcurrency"
+	ctxSeckillReserved        = "seckillReservedConcurrency"
 )
 
 // Placeholders: a deployment with them synthesizes (so `make synth` works
@@ -210,18 +227,24 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	str(ctxOrdersWebhookURL, &s.OrdersWebhookURL)
 	str(ctxOrdersSecretName, &s.OrdersSecretName)
 	str(ctxPaymentsSecretName, &s.PaymentsSecretName)
-	var admins string
-	str(ctxAdminRoleARNs, &admins)
-	for _, a := range strings.Split(admins, ",") {
-		if a = strings.TrimSpace(a); a == "" {
-			continue
+	// roles reads a comma-separated list of IAM role ARNs.
+	roles := func(key string, dst *[]string) {
+		var list string
+		str(key, &list)
+		for _, a := range strings.Split(list, ",") {
+			if a = strings.TrimSpace(a); a == "" {
+				continue
+			}
+			if !roleARNPattern.MatchString(a) {
+				errs = append(errs, fmt.Errorf("context %s: %q is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", key, a))
+				continue
+			}
+			*dst = append(*dst, a)
 		}
-		if !roleARNPattern.MatchString(a) {
-			errs = append(errs, fmt.Errorf("context %s: %q is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", ctxAdminRoleARNs, a))
-			continue
-		}
-		s.AdminRoleARNs = append(s.AdminRoleARNs, a)
 	}
+	roles(ctxAdminRoleARNs, &s.AdminRoleARNs)
+	roles(ctxFinanceReaderARNs, &s.FinanceReaderARNs)
+	roles(ctxOrdersReaderARNs, &s.OrdersReaderARNs)
 	switch v := get(ctxPayoutLookup).(type) {
 	case nil:
 	case bool:
@@ -242,6 +265,8 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	num(ctxConsumerMaxConcurrency, &s.ConsumerMaxConcurrency, 2, 1000)
 	// Lambda reserves 1..1000 (the account quota is the real bound); 0 is off.
 	num(ctxPollerReserved, &s.PollerReservedConcurrency, 0, 1000)
+	num(ctxEnqueueReserved, &s.EnqueueReservedConcurrency, 0, 1000)
+	num(ctxSeckillReserved, &s.SeckillReservedConcurrency, 0, 1000)
 
 	if u, err := url.Parse(s.JWTIssuer); err != nil || u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an https URL (API Gateway requires one)", ctxJWTIssuer, s.JWTIssuer))

@@ -27,7 +27,8 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 	keys := []string{ctxProfile, ctxJWTIssuer, ctxJWTAudience, ctxJWTScope, ctxFinanceEmail, ctxAlarmEmail,
 		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxWebhookSecretName, ctxPayoutLookup, ctxIdempotencyWindow,
 		ctxConsumerMaxConcurrency, ctxFinanceWebhookURL, ctxFinanceSecretName, ctxPollerReserved, ctxAdminRoleARNs,
-		ctxOrdersWebhookURL, ctxOrdersSecretName, ctxPaymentsSecretName}
+		ctxOrdersWebhookURL, ctxOrdersSecretName, ctxPaymentsSecretName, ctxFinanceReaderARNs, ctxOrdersReaderARNs,
+		ctxEnqueueReserved, ctxSeckillReserved}
 	for _, k := range keys {
 		if _, ok := ctx[k]; !ok {
 			t.Errorf("cdk.json does not document %s", k)

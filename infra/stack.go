@@ -79,11 +79,15 @@ type HourglassStack struct {
 	OrdersDeadLetterQueue awssqs.Queue
 	AlarmTopic            awssns.Topic
 	Functions             map[string]awslambda.Function
-	LogGroups             map[string]awslogs.LogGroup
-	Api                   awsapigatewayv2.HttpApi
-	Dashboard             awscloudwatch.Dashboard
-	Alarms                []awscloudwatch.Alarm
-	redisNodeClusters     [][]string
+	// Aliases are the live aliases of the functions deployed by canary
+	// (deploy.go): what the API and the consumer's event source invoke.
+	Aliases           map[string]awslambda.Alias
+	LogGroups         map[string]awslogs.LogGroup
+	Api               awsapigatewayv2.HttpApi
+	Dashboard         awscloudwatch.Dashboard
+	Alarms            []awscloudwatch.Alarm
+	alarmByID         map[string]awscloudwatch.Alarm
+	redisNodeClusters [][]string
 	// indexes names each table's global secondary indexes.
 	indexes map[awsdynamodb.Table][]string
 }
@@ -118,6 +122,9 @@ func NewHourglassStack(scope constructs.Construct, id string, props *HourglassSt
 	s.createApi()
 	s.createSchedule()
 	s.createMonitoring()
+	if err := s.createDeployments(); err != nil {
+		return nil, err
+	}
 	s.createOutputs()
 	return s, nil
 }
@@ -187,6 +194,14 @@ func (s *HourglassStack) createOutputs() {
 	out("RedisAuthSecretArn", "Secrets Manager secret holding the ElastiCache AUTH token", s.RedisAuth.SecretArn())
 	for _, name := range functionNames {
 		out(fnID(name)+"LogGroup", "Log group of the "+name+" function (aws logs tail --follow)", s.LogGroups[name].LogGroupName())
+	}
+	// The addresses the payout provider (and finance's or the order events'
+	// webhook) sees the functions' calls come from: providers allowlist them.
+	for i, sn := range *s.Vpc.PublicSubnets() {
+		if eip, ok := sn.Node().TryFindChild(jsii.String("EIP")).(awsec2.CfnEIP); ok {
+			out(fmt.Sprintf("NatPublicIp%d", i+1), "Public IP of a NAT gateway: the functions' outbound calls come from it (allowlist it at the provider)",
+				eip.AttrPublicIp())
+		}
 	}
 	out("DashboardUrl", "CloudWatch dashboard", jsii.String(fmt.Sprintf(
 		"https://%s.console.aws.amazon.com/cloudwatch/home?region=%s#dashboards:name=%s",

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestFunctions(t *testing.T) {
 		{fnEnqueue, 512, 10},
 		{fnSeckill, 1024, 10},
 		{fnPoller, 1024, 75},
-		{fnConsumer, 512, 30},
+		{fnConsumer, 512, int(consumerTimeout.Seconds())},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +113,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		},
 		fnConsumer: {
 			"PAYOUT_URL":                "https://payouts.example.com/v1/payouts",
+			"PAYOUT_TIMEOUT":            "10s",
 			"PAYOUT_SIGNING_SECRET_ID":  "hourglass/payout-signing-secret",
 			"PAYOUT_LOOKUP":             "true",
 			"PAYOUT_IDEMPOTENCY_WINDOW": "24h",
@@ -160,12 +162,17 @@ func TestConsumerEventSource(t *testing.T) {
 	count(t, f.defTpl, "AWS::Lambda::EventSourceMapping", 1)
 	hasProps(t, f.defTpl, "AWS::Lambda::EventSourceMapping", props{
 		"EventSourceArn":        getAtt(logicalID(f.def, f.def.WorkQueue), "Arn"),
-		"FunctionName":          ref(logicalID(f.def, f.def.Functions[fnConsumer])),
 		"BatchSize":             10,
 		"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
 		"ScalingConfig":         props{"MaximumConcurrency": 20},
 	})
 	hasProps(t, f.optTpl, "AWS::Lambda::EventSourceMapping", props{"ScalingConfig": props{"MaximumConcurrency": 50}})
+	// It invokes the consumer's live alias (TestCanaryDeployments).
+	for _, m := range resources(f.defMap, "AWS::Lambda::EventSourceMapping") {
+		if ids, _ := named(propsOf(m)["FunctionName"]); !slices.Equal(slices.Compact(ids), []string{logicalID(f.def, f.def.Aliases[fnConsumer])}) {
+			t.Errorf("the event source invokes %v", propsOf(m)["FunctionName"])
+		}
+	}
 }
 
 func TestQueues(t *testing.T) {
@@ -471,10 +478,11 @@ func TestApiRoutes(t *testing.T) {
 			} else if r["AuthorizerId"] != nil || r["AuthorizationScopes"] != nil {
 				t.Errorf("authorizer %s on a %s route", mustJSON(r["AuthorizerId"]), w.auth)
 			}
-			// Target: integrations/<id>, whose URI is the function.
+			// Target: integrations/<id>, whose URI is the function's live
+			// alias (TestCanaryDeployments).
 			parts := r["Target"].(map[string]any)["Fn::Join"].([]any)[1].([]any)
 			integ := propsOf(integrations[parts[1].(map[string]any)["Ref"].(string)])
-			want := getAtt(logicalID(f.def, f.def.Functions[w.fn]), "Arn")
+			want := ref(logicalID(f.def, f.def.Aliases[w.fn]))
 			if mustJSON(integ["IntegrationUri"]) != mustJSON(want) || integ["PayloadFormatVersion"] != "2.0" || integ["IntegrationType"] != "AWS_PROXY" {
 				t.Errorf("integration %s, want a 2.0 proxy to %s", mustJSON(integ), w.fn)
 			}
@@ -585,9 +593,11 @@ func TestAlarms(t *testing.T) {
 	// refused credentials, callback conflicts, one per Redis shard; poller
 	// failures, API 5xx, reconciler repairs, DLQ age, finance deliveries
 	// and finance DLQ, order-event deliveries, orders DLQ and failed order
-	// expiries (TestNewAlarms)
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6+3)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6+3)
+	// expiries (TestNewAlarms); housekeeping failures, payout failures,
+	// throttles, the work queue's age, unknown callbacks, and the finance
+	// and orders queues' age where no webhook is set (TestAlarmsThatPage)
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6+3+5+2)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6+3+5)
 	// A payout that may have been made and is still unsettled pages.
 	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
 		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestCanaryDeployments: the API functions and the consumer serve through
+// a live alias on a published version, which a CodeDeploy deployment group
+// shifts by canary and rolls back on the function's alarms; the API and the
+// work queue invoke the alias, never $LATEST.
+func TestCanaryDeployments(t *testing.T) {
+	f := stacks(t)
+	for _, st := range []struct {
+		stack *HourglassStack
+		tpl   map[string]any
+	}{{f.def, f.defMap}, {f.opt, f.optMap}, {f.acct, f.acctMap}} {
+		name := *st.stack.Stack.StackName()
+		aliases := resources(st.tpl, "AWS::Lambda::Alias")
+		versions := resources(st.tpl, "AWS::Lambda::Version")
+		groups := resources(st.tpl, "AWS::CodeDeploy::DeploymentGroup")
+		if len(aliases) != len(canaried) || len(groups) != len(canaried) {
+			t.Errorf("%s: %d aliases, %d deployment groups; want %d each", name, len(aliases), len(groups), len(canaried))
+		}
+		for fn, alarmIDs := range canaried {
+			alias := logicalID(st.stack, st.stack.Aliases[fn])
+			a := aliases[alias]
+			if a == nil {
+				t.Fatalf("%s: %s has no alias", name, fn)
+			}
+			p := propsOf(a)
+			ids, _ := named(p["FunctionVersion"])
+			if p["Name"] != liveAlias || len(ids) != 1 || versions[ids[0]] == nil {
+				t.Errorf("%s: %s's alias %v on %v, want %q on a published version", name, fn, p["Name"], p["FunctionVersion"], liveAlias)
+			} else if fnIDs, _ := named(propsOf(versions[ids[0]])["FunctionName"]); !slices.Equal(fnIDs, []string{logicalID(st.stack, st.stack.Functions[fn])}) {
+				t.Errorf("%s: %s's alias is on a version of %v", name, fn, fnIDs)
+			}
+			// CloudFormation hands the alias's update to CodeDeploy.
+			up, _ := a["UpdatePolicy"].(map[string]any)["CodeDeployLambdaAliasUpdate"].(map[string]any)
+			groupIDs, _ := named(up["DeploymentGroupName"])
+			if len(groupIDs) != 1 || groups[groupIDs[0]] == nil {
+				t.Fatalf("%s: %s's alias is not updated by a deployment group: %v", name, fn, a["UpdatePolicy"])
+			}
+			g := propsOf(groups[groupIDs[0]])
+			if g["DeploymentConfigName"] != "CodeDeployDefault.LambdaCanary10Percent5Minutes" {
+				t.Errorf("%s: %s deploys by %v", name, fn, g["DeploymentConfigName"])
+			}
+			rollback, _ := g["AutoRollbackConfiguration"].(map[string]any)
+			events := asList(rollback["Events"])
+			for _, e := range []string{"DEPLOYMENT_FAILURE", "DEPLOYMENT_STOP_ON_REQUEST", "DEPLOYMENT_STOP_ON_ALARM"} {
+				if rollback["Enabled"] != true || !slices.Contains(events, any(e)) {
+					t.Errorf("%s: %s does not roll back on %s: %v", name, fn, e, rollback)
+				}
+			}
+			ac, _ := g["AlarmConfiguration"].(map[string]any)
+			var got []string
+			for _, al := range asList(ac["Alarms"]) {
+				ids, _ := named(al.(map[string]any)["Name"])
+				got = append(got, ids...)
+			}
+			var want []string
+			for _, id := range alarmIDs {
+				want = append(want, logicalID(st.stack, st.stack.alarmByID[id]))
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if ac["Enabled"] != true || !slices.Equal(got, want) {
+				t.Errorf("%s: %s rolls back on alarms %v, want %v (%v)", name, fn, got, want, alarmIDs)
+			}
+		}
+		// What invokes them invokes the alias.
+		for id, in := range resources(st.tpl, "AWS::ApiGatewayV2::Integration") {
+			ids, _ := named(propsOf(in)["IntegrationUri"])
+			if len(ids) != 1 || aliases[ids[0]] == nil {
+				t.Errorf("%s: integration %s invokes %v, not a live alias", name, id, propsOf(in)["IntegrationUri"])
+			}
+		}
+		for id, m := range resources(st.tpl, "AWS::Lambda::EventSourceMapping") {
+			ids, _ := named(propsOf(m)["FunctionName"])
+			if !slices.Equal(slices.Compact(ids), []string{logicalID(st.stack, st.stack.Aliases[fnConsumer])}) {
+				t.Errorf("%s: event source %s invokes %v, want the consumer's live alias", name, id, propsOf(m)["FunctionName"])
+			}
+		}
+		if _, ok := st.stack.Aliases[fnPoller]; ok {
+			t.Errorf("%s: the poller has an alias; its schedule invokes $LATEST", name)
+		}
+	}
+}

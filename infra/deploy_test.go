@@ -1,8 +1,14 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
 )
 
 // TestCanaryDeployments: the API functions and the consumer serve through
@@ -83,6 +89,56 @@ func TestCanaryDeployments(t *testing.T) {
 		}
 		if _, ok := st.stack.Aliases[fnPoller]; ok {
 			t.Errorf("%s: the poller has an alias; its schedule invokes $LATEST", name)
+		}
+	}
+}
+
+// TestTeardownListsWhatIsRetained: docs/deploy.md's teardown section
+// names every kind of resource `cdk destroy` leaves behind, and each
+// retained queue by its id.
+func TestTeardownListsWhatIsRetained(t *testing.T) {
+	f := stacks(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, teardown, ok := strings.Cut(string(doc), "## Teardown and what is retained")
+	if !ok {
+		t.Fatal("docs/deploy.md has no teardown section")
+	}
+	teardown, _, _ = strings.Cut(teardown, "\n## ")
+	says := map[string]string{
+		"AWS::DynamoDB::Table": "DynamoDB tables",
+		"AWS::KMS::Key":        "KMS keys",
+		"AWS::Logs::LogGroup":  "log groups",
+		"AWS::Lambda::Version": "published versions",
+	}
+	for _, st := range []*HourglassStack{f.def, f.opt} {
+		for _, c := range *st.Stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {
+			res, ok := c.(awscdk.CfnResource)
+			if !ok {
+				continue
+			}
+			lid := *st.Stack.GetLogicalId(res)
+			tpl := f.defMap
+			if st == f.opt {
+				tpl = f.optMap
+			}
+			entry, _ := tpl["Resources"].(map[string]any)[lid].(map[string]any)
+			if entry == nil || entry["DeletionPolicy"] != "Retain" {
+				continue
+			}
+			typ := *res.CfnResourceType()
+			if typ == "AWS::SQS::Queue" {
+				id := *c.Node().Scope().Node().Id()
+				if !strings.Contains(teardown, "`"+id+"`") {
+					t.Errorf("the teardown section does not name the retained queue `%s`", id)
+				}
+				continue
+			}
+			if phrase, ok := says[typ]; !ok || !strings.Contains(teardown, phrase) {
+				t.Errorf("%s %s is retained; the teardown section does not say so (%q)", typ, lid, phrase)
+			}
 		}
 	}
 }

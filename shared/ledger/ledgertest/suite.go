@@ -50,6 +50,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"ConcurrentBeginsAdmitOneAttempt", testConcurrentBegin},
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
 		{"ReconcilerGivesLostJobsBack", testReconcile},
+		{"ALongDelayIsNeverARepair", testLongDelayIsNoRepair},
 		{"EarlyJobIsPutBackAtItsDueTime", testNotDue},
 		{"BusyBeginKeepsALaterSchedule", testBusyKeepsLater},
 		{"TakeoverMayHavePaid", testTakeover2},
@@ -555,6 +556,44 @@ func testReconcile(t *testing.T, b Backend) {
 	// A second pass finds nothing more to do.
 	if rep, err := r.Reconcile(ctx, T0.Add(time.Hour)); err != nil || rep.Total() != 0 {
 		t.Fatalf("second pass: %+v %v", rep, err)
+	}
+}
+
+// testLongDelayIsNoRepair: a withdrawal due in 30 days (beyond any Redis
+// horizon) goes through reconciler passes over its whole wait without one
+// repair: what alarms (Total) stays 0; a ledger that keeps it out of Redis
+// until its time nears promotes it once, and its job is then held at its
+// exact due time.
+func testLongDelayIsNoRepair(t *testing.T, b Backend) {
+	r, ok := b.Ledger.(Reconciler)
+	if !ok {
+		t.Skip("this backend has no reconciler")
+	}
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "u-long", T0.Add(30*24*time.Hour))
+	Create(t, b.Ledger, w)
+	promoted := 0
+	// A pass a day, then every 20 minutes over the last two hours (past
+	// any horizon of the defaults').
+	var passes []time.Time
+	for at := T0; at.Before(w.DueAt.Add(-2 * time.Hour)); at = at.Add(24 * time.Hour) {
+		passes = append(passes, at)
+	}
+	for at := w.DueAt.Add(-2 * time.Hour); at.Before(w.DueAt); at = at.Add(20 * time.Minute) {
+		passes = append(passes, at)
+	}
+	for _, at := range passes {
+		rep, err := r.Reconcile(ctx, at)
+		if err != nil || rep.Total() != 0 {
+			t.Fatalf("pass at due - %v: %+v %v; want no repair", w.DueAt.Sub(at), rep, err)
+		}
+		promoted += rep.Promoted
+	}
+	if promoted > 1 {
+		t.Errorf("promoted %d times, want at most once", promoted)
+	}
+	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(w.DueAt) {
+		t.Fatalf("job due %v (%v) 20 minutes before its time, want held at %v", at, ok, w.DueAt)
 	}
 }
 

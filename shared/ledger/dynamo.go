@@ -80,9 +80,11 @@ type DynamoOptions struct {
 	// (config.MinHorizonIntervals checks it).
 	Horizon time.Duration
 	// Grace is how long the pipeline has to move a withdrawal on before the
-	// reconciler steps in: a job due a moment ago may sit in the work queue
-	// (SQS holds it, not Redis), and a paid one's consumer may still be telling
-	// finance (default 1m).
+	// reconciler steps in: a job due a moment ago (or an attempt's watch,
+	// due at its deadline) may sit in the work queue, waiting or redelivered
+	// (SQS holds it, not Redis), and a paid one's consumer may still be
+	// telling finance. In AWS: the work queue's visibility timeout x its
+	// maxReceiveCount + the consumer's batch window (default 1m).
 	Grace  time.Duration
 	Logger *slog.Logger
 }

@@ -78,8 +78,10 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	// Far-future due times bound neither: scan everything in these states.
 	far := now.Add(100 * 365 * 24 * time.Hour)
 	errs = append(errs, d.scan(ctx, string(withdrawal.Processing), far, false, func(w withdrawal.Withdrawal, queued, _ bool) error {
-		if queued || w.ProcessingUntil.After(now) {
-			return nil // its attempt may still be running
+		// Its attempt may still be running; past its deadline its watch job
+		// (or the takeover's message) may be in the work queue.
+		if queued || w.ProcessingUntil.After(now.Add(-d.opts.Grace)) {
+			return nil
 		}
 		rep.Redispatched++
 		return d.q.Add(ctx, w.Shard, w.ID, now)

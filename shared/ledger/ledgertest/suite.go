@@ -51,6 +51,9 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
 		{"ReconcilerGivesLostJobsBack", testReconcile},
 		{"ALongDelayIsNeverARepair", testLongDelayIsNoRepair},
+		{"ADueJobInTheWorkQueueGetsTheGrace", workQueueGrace(graceDue)},
+		{"AnAttemptPastItsDeadlineGetsTheGrace", workQueueGrace(graceDeadline)},
+		{"AnUntoldOutcomeGetsTheGrace", workQueueGrace(graceUntold)},
 		{"EarlyJobIsPutBackAtItsDueTime", testNotDue},
 		{"BusyBeginKeepsALaterSchedule", testBusyKeepsLater},
 		{"TakeoverMayHavePaid", testTakeover2},
@@ -595,6 +598,98 @@ func testLongDelayIsNoRepair(t *testing.T, b Backend) {
 	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(w.DueAt) {
 		t.Fatalf("job due %v (%v) 20 minutes before its time, want held at %v", at, ok, w.DueAt)
 	}
+}
+
+// DefaultGrace is the reconciler's grace of both ledgers when none is
+// set: how long past its time a job may be out of Redis (in the work
+// queue) before the reconciler puts it back.
+const DefaultGrace = time.Minute
+
+// handOver claims what of ref's shard is due by at and acks it, as the
+// poller does once SQS accepted it: from then on the work queue holds it,
+// not Redis. It reports whether ref's job was among it.
+func handOver(t *testing.T, b Backend, ref withdrawal.Ref, at time.Time) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := b.Queue.Claim(ctx, ref.Shard, at, time.Minute, delayq.MaxBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, j := range c.Jobs {
+		found = found || j.ID == ref.ID
+		if _, err := b.Queue.Ack(ctx, ref.Shard, c.Lease, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return found
+}
+
+// graceStep brings a new withdrawal w to where its job is in the work
+// queue from the time it returns on, and says which count repairs it.
+type graceStep func(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int)
+
+// workQueueGrace: a job handed to the work queue is out of Redis until the
+// consumer is done with it, waiting or redelivered after a failed receive.
+// The reconciler leaves it alone for the grace past its time, and puts it
+// back, once, after.
+func workQueueGrace(step graceStep) func(t *testing.T, b Backend) {
+	return func(t *testing.T, b Backend) {
+		r, ok := b.Ledger.(Reconciler)
+		if !ok {
+			t.Skip("this backend has no reconciler")
+		}
+		ctx := context.Background()
+		w := NewWithdrawal(b.Queue, "alice", T0)
+		Create(t, b.Ledger, w)
+		at, repairs := step(t, b, w)
+		for _, d := range []time.Duration{0, DefaultGrace / 2, DefaultGrace - time.Millisecond} {
+			if rep, err := r.Reconcile(ctx, at.Add(d)); err != nil || rep.Total() != 0 {
+				t.Fatalf("pass %v after its job went to the work queue: %+v %v, want nothing (within the grace)", d, rep, err)
+			}
+		}
+		rep, err := r.Reconcile(ctx, at.Add(DefaultGrace+time.Millisecond))
+		if err != nil || rep.Total() != 1 || repairs(rep) != 1 {
+			t.Fatalf("pass past the grace: %+v %v, want its one repair", rep, err)
+		}
+		if _, ok := jobDue(t, b, w.Ref()); !ok {
+			t.Fatal("not back in Redis past the grace")
+		}
+	}
+}
+
+// graceDue: the job, due, went to the work queue.
+func graceDue(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	if !handOver(t, b, w.Ref(), w.DueAt) {
+		t.Fatal("no job due")
+	}
+	return w.DueAt, func(r ledger.Reconciliation) int { return r.Scheduled }
+}
+
+// graceDeadline: an attempt began and its consumer went quiet; past the
+// attempt's deadline its job (the watch, or SQS's redelivery of the
+// message) is in the work queue.
+func graceDeadline(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	handOver(t, b, w.Ref(), w.DueAt)
+	until := w.DueAt.Add(30 * time.Second)
+	if _, start, _ := begin(t, b, w.Ref(), w.DueAt, until); start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
+	}
+	handOver(t, b, w.Ref(), until)
+	return until, func(r ledger.Reconciliation) int { return r.Redispatched }
+}
+
+// graceUntold: paid, and the consumer that is to tell finance is in the
+// work queue (its message redelivered).
+func graceUntold(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	handOver(t, b, w.Ref(), w.DueAt)
+	_, _, a := begin(t, b, w.Ref(), w.DueAt, w.DueAt.Add(30*time.Second))
+	done := w.DueAt.Add(2 * time.Second)
+	if _, err := b.Ledger.Finish(context.Background(), w.Ref(), a, withdrawal.Result{Status: withdrawal.Paid, At: done}); err != nil {
+		t.Fatal(err)
+	}
+	handOver(t, b, w.Ref(), done)
+	return done, func(r ledger.Reconciliation) int { return r.Renotified }
 }
 
 // lost removes a job from its queue, due or leased.

@@ -152,11 +152,23 @@ func (d *Dynamo) promoted(ctx context.Context, w withdrawal.Withdrawal) {
 	}
 }
 
-// scan walks the by_state index for key with due_at <= until, page by page,
-// telling fn for each withdrawal whether Redis holds its job (leased, or
-// due: with byDue, due no later than the record), and whether it was never
-// handed to Redis (deferred beyond the horizon).
-func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, byDue bool,
+// scan walks the by_state index for state with due_at <= until, every
+// shard of it (stateKeys), page by page, telling fn for each withdrawal
+// whether Redis holds its job (leased, or due: with byDue, due no later
+// than the record), and whether it was never handed to Redis (deferred
+// beyond the horizon). Each shard is in due order, the whole is not.
+func (d *Dynamo) scan(ctx context.Context, state string, until time.Time, byDue bool,
+	fn func(w withdrawal.Withdrawal, queued, deferred bool) error) error {
+	// A shard that fails does not keep the others from their repairs.
+	var errs []error
+	for _, key := range stateKeys(state) {
+		errs = append(errs, d.scanKey(ctx, key, until, byDue, fn))
+	}
+	return errors.Join(errs...)
+}
+
+// scanKey is scan over one by_state key.
+func (d *Dynamo) scanKey(ctx context.Context, key string, until time.Time, byDue bool,
 	fn func(w withdrawal.Withdrawal, queued, deferred bool) error) error {
 	var start map[string]types.AttributeValue
 	for {

@@ -51,6 +51,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
 		{"ReconcilerGivesLostJobsBack", testReconcile},
 		{"ALongDelayIsNeverARepair", testLongDelayIsNoRepair},
+		{"EveryLostJobIsFound", testEveryLostJobIsFound},
 		{"ADueJobInTheWorkQueueGetsTheGrace", workQueueGrace(graceDue)},
 		{"AnAttemptPastItsDeadlineGetsTheGrace", workQueueGrace(graceDeadline)},
 		{"AnUntoldOutcomeGetsTheGrace", workQueueGrace(graceUntold)},
@@ -597,6 +598,51 @@ func testLongDelayIsNoRepair(t *testing.T, b Backend) {
 	}
 	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(w.DueAt) {
 		t.Fatalf("job due %v (%v) 20 minutes before its time, want held at %v", at, ok, w.DueAt)
+	}
+}
+
+// testEveryLostJobIsFound: many withdrawals, of many users (over every
+// queue shard, and every by_state shard of the DynamoDB ledger), lose
+// their jobs: Outstanding lists each, and one reconciler pass puts each
+// back.
+func testEveryLostJobIsFound(t *testing.T, b Backend) {
+	r, ok := b.Ledger.(Reconciler)
+	if !ok {
+		t.Skip("this backend has no reconciler")
+	}
+	ctx := context.Background()
+	const n = 48
+	ws := make([]withdrawal.Withdrawal, n)
+	for i := range ws {
+		ws[i] = NewWithdrawal(b.Queue, fmt.Sprintf("u-%d", i), T0.Add(time.Duration(i)*time.Second))
+		Create(t, b.Ledger, ws[i])
+	}
+	seen := map[string]bool{}
+	if err := b.Ledger.Outstanding(ctx, func(w withdrawal.Withdrawal) error { seen[w.ID] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range due(t, b.Queue) {
+		lost(t, b, id)
+	}
+	rep, err := r.Reconcile(ctx, T0.Add(time.Hour))
+	if err != nil || rep.Scheduled != n || rep.Total() != n {
+		t.Fatalf("reconcile: %+v %v, want all %d scheduled again", rep, err, n)
+	}
+	refs := make([]delayq.Ref, n)
+	for i, w := range ws {
+		refs[i] = delayq.Ref(w.Ref())
+		if !seen[w.ID] {
+			t.Errorf("Outstanding misses %s", w.UserID)
+		}
+	}
+	held, err := b.Queue.Holds(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range held {
+		if !h {
+			t.Errorf("%s not put back", ws[i].UserID)
+		}
 	}
 }
 

@@ -34,6 +34,19 @@ const (
 	// for a cold start and a slow Redis.
 	consumerTimeout   = payoutAttempt + 20*time.Second
 	consumerBatchSize = 10
+	// consumerBatchWindow: how long the event source gathers a batch before
+	// invoking the consumer; none, jobs are due already.
+	consumerBatchWindow = 0 * time.Second
+	// workVisibility is the work queue's visibility timeout (messaging.go).
+	workVisibility = visibilityFactor * consumerTimeout
+	// reconcileGrace (HOURGLASS_RECONCILE_GRACE): how long a job is out of
+	// Redis once the poller handed it to the work queue, at most: the batch
+	// window, then up to maxReceiveCount receives, each hiding the message
+	// for the visibility timeout, before the dead-letter queue takes it.
+	// The reconciler leaves it that long past its time, so that a job SQS
+	// still holds is neither sent twice nor counted as a repair:
+	// 5 x 180 s + 0 = 15 min.
+	reconcileGrace = maxReceiveCount*workVisibility + consumerBatchWindow
 	// apiTimeout bounds a request; API Gateway gives up at 30 s.
 	apiTimeout = 10 * time.Second
 	// logRetention of the functions' logs.
@@ -157,8 +170,9 @@ func (s *HourglassStack) createFunctions() error {
 			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: s.settings.PollerReservedConcurrency,
 			description: "Claims due jobs from the Redis delay queues and sends them to the work queue",
 			env: map[string]*string{
-				"WORK_QUEUE_URL":          s.WorkQueue.QueueUrl(),
-				"HOURGLASS_POLLER_MARGIN": jsii.String(pollerMargin.String()),
+				"WORK_QUEUE_URL":            s.WorkQueue.QueueUrl(),
+				"HOURGLASS_POLLER_MARGIN":   jsii.String(pollerMargin.String()),
+				"HOURGLASS_RECONCILE_GRACE": jsii.String(reconcileGrace.String()),
 			},
 		},
 		{
@@ -227,6 +241,7 @@ func (s *HourglassStack) createFunctions() error {
 	s.createAliases()
 	s.invoked(fnConsumer).AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(consumerBatchSize),
+		MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(consumerBatchWindow.Seconds())),
 		ReportBatchItemFailures: jsii.Bool(true),
 		MaxConcurrency:          jsii.Number(float64(s.settings.ConsumerMaxConcurrency)),
 	}))

@@ -230,8 +230,13 @@ func (s *HourglassStack) createMonitoring() {
 				}),
 			},
 			{
-				graph("Poller: claimed, refused by SQS, reaped, housekeeping failures", 6, []awscloudwatch.IMetric{
+				// Reconciler on the right axis: repairs (which alarm) apart
+				// from promotions of long delays (normal traffic).
+				graph("Poller: claimed, refused by SQS, reaped, housekeeping failures; reconciler", 6, []awscloudwatch.IMetric{
 					sum(metrics.Claimed), sum(metrics.Refused), sum(metrics.Reaped), sum(metrics.HousekeepingFailures),
+				}, func(p *awscloudwatch.GraphWidgetProps) {
+					p.Right = metricList(hgMetric(metrics.Reconciled, "Sum", "reconciler repairs", nil),
+						hgMetric(metrics.Promoted, "Sum", "promoted into Redis", nil))
 				}),
 				graph("Flash sale: admissions and orders", 6, []awscloudwatch.IMetric{
 					sum(metrics.Admitted), sum(metrics.OrdersConfirmed), sum(metrics.OrdersReleased),

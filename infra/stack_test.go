@@ -108,8 +108,9 @@ func TestFunctionEnvironment(t *testing.T) {
 		},
 		fnSeckill: {"HOURGLASS_JWT_SCOPE": "hourglass/user", "HOURGLASS_ADMIN_ROLE_ARNS": ""},
 		fnPoller: {
-			"WORK_QUEUE_URL":          ref(logicalID(f.def, f.def.WorkQueue)),
-			"HOURGLASS_POLLER_MARGIN": "5s",
+			"WORK_QUEUE_URL":            ref(logicalID(f.def, f.def.WorkQueue)),
+			"HOURGLASS_POLLER_MARGIN":   "5s",
+			"HOURGLASS_RECONCILE_GRACE": "15m0s",
 		},
 		fnConsumer: {
 			"PAYOUT_URL":                "https://payouts.example.com/v1/payouts",

@@ -203,7 +203,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := json.Unmarshal(s.do("GET", "/dashboard/api/metrics", "", admin, "").raw, &metrics); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{"payouts_paid", "payouts_failed"} {
+	for _, c := range []string{"payouts_paid", "payouts_failed", "reconciled", "promoted"} {
 		if got, ok := number("counter:" + c); ok && got != metrics.Totals[c] {
 			t.Errorf("%s: page %v, metrics %v", c, got, metrics.Totals[c])
 		}

@@ -235,18 +235,21 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	}
 	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates)
 	a.Metrics = metrics.New(io.Discard, a.Clock)
+	// A job the poller handed to the work queue is out of Redis until the
+	// consumer is done with it: the reconciler leaves it that long.
+	grace := cmp.Or(cfg.ReconcileGrace, cfg.ReconcileInterval)
 	switch cfg.Ledger {
 	case "dynamodb":
 		if a.Dynamo, err = DynamoClient(cfg); err != nil {
 			return nil, err
 		}
 		d := ledger.NewDynamo(a.Dynamo, a.Tables(), q, ledger.DynamoOptions{
-			Horizon: cfg.RedisHorizon, Grace: cfg.ReconcileInterval, Logger: log,
+			Horizon: cfg.RedisHorizon, Grace: grace, Logger: log,
 		})
 		a.Ledger, a.Orders = d, d
 	default:
 		r := ledger.NewRedis(rdb, q)
-		r.Grace = cfg.ReconcileInterval
+		r.Grace = grace
 		a.Ledger, a.Orders = r, ledger.NewRedisOrders(rdb, cfg.RedisPrefix)
 	}
 	a.Service, err = withdrawal.NewService(withdrawal.Config{

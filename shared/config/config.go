@@ -114,8 +114,16 @@ type Config struct {
 	MaxAttempts       int           `env:"HOURGLASS_MAX_ATTEMPTS" envDefault:"8"`
 	Lease             time.Duration `env:"HOURGLASS_LEASE" envDefault:"30s"`
 	ReconcileInterval time.Duration `env:"HOURGLASS_RECONCILE_INTERVAL" envDefault:"2m"`
-	QueueShards       int           `env:"HOURGLASS_QUEUE_SHARDS" envDefault:"1"`
-	ClaimBatch        int           `env:"HOURGLASS_CLAIM_BATCH" envDefault:"500"`
+	// ReconcileGrace is how long past a withdrawal's due time (its
+	// attempt's deadline, its outcome) the reconciler leaves alone a job
+	// that is not in Redis: it may be in the work queue, waiting or being
+	// redelivered. The stack sets it to the work queue's redelivery span
+	// (visibility timeout x maxReceiveCount + the consumer's batch window);
+	// unset, it is ReconcileInterval: locally the work queue holds nothing
+	// Redis does not (a job stays leased until the consumer finished it).
+	ReconcileGrace time.Duration `env:"HOURGLASS_RECONCILE_GRACE"`
+	QueueShards    int           `env:"HOURGLASS_QUEUE_SHARDS" envDefault:"1"`
+	ClaimBatch     int           `env:"HOURGLASS_CLAIM_BATCH" envDefault:"500"`
 	// PollerMargin is how long before its Lambda deadline the poller stops.
 	PollerMargin time.Duration `env:"HOURGLASS_POLLER_MARGIN" envDefault:"5s"`
 	// Visibility is how long the local work-queue stand-in hides a message
@@ -307,6 +315,9 @@ func Load(p Profile) (Config, error) {
 			}
 		}
 	}
+	if os.Getenv("HOURGLASS_RECONCILE_GRACE") == "" {
+		c.ReconcileGrace = c.ReconcileInterval
+	}
 	for i, cur := range c.Currencies {
 		c.Currencies[i] = strings.TrimSpace(cur)
 	}
@@ -392,6 +403,10 @@ func (c Config) problems() []problem {
 		if d.d <= 0 {
 			bad(d.name, "must be a positive duration, got %s", d.d)
 		}
+	}
+	// Unset, the grace is the interval, which is reported itself.
+	if c.ReconcileGrace <= 0 && c.ReconcileInterval > 0 {
+		bad("HOURGLASS_RECONCILE_GRACE", "must be a positive duration, got %s", c.ReconcileGrace)
 	}
 	if c.Ledger == "dynamodb" && c.ReconcileInterval > 0 && c.RedisHorizon > 0 &&
 		c.RedisHorizon < MinHorizonIntervals*c.ReconcileInterval {

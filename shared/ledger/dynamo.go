@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
@@ -40,7 +41,8 @@ type DynamoAPI interface {
 //	             first; GSI "by_state" (state_key, due_at) for the reconciler:
 //	             state_key is the status while a withdrawal is on its way
 //	             (scheduled, retrying, processing) and "unnotified" while finance
-//	             has not heard of its outcome, absent otherwise (a sparse index)
+//	             has not heard of its outcome, absent otherwise (a sparse index),
+//	             followed by "#" and the withdrawal's state shard (StateShards)
 //	orders       pk "id"
 //	idempotency  pk "pk" (a digest of user and key); TTL attribute "expires_at"
 type Tables struct {
@@ -80,9 +82,11 @@ type DynamoOptions struct {
 	// (config.MinHorizonIntervals checks it).
 	Horizon time.Duration
 	// Grace is how long the pipeline has to move a withdrawal on before the
-	// reconciler steps in: a job due a moment ago may sit in the work queue
-	// (SQS holds it, not Redis), and a paid one's consumer may still be telling
-	// finance (default 1m).
+	// reconciler steps in: a job due a moment ago (or an attempt's watch,
+	// due at its deadline) may sit in the work queue, waiting or redelivered
+	// (SQS holds it, not Redis), and a paid one's consumer may still be
+	// telling finance. In AWS: the work queue's visibility timeout x its
+	// maxReceiveCount + the consumer's batch window (default 1m).
 	Grace  time.Duration
 	Logger *slog.Logger
 }
@@ -155,15 +159,51 @@ func (it item) strings(k string) []string {
 	return nil
 }
 
+// StateShards is how many by_state partition keys each state is spread
+// over: "scheduled#0" .. "scheduled#15". DynamoDB serves about 1,000 writes
+// a second per partition key value (and splits a hot one only after the
+// heat shows, while a throttled index holds back writes to the table);
+// every state change of a withdrawal writes the index under its old and
+// its new key, so one key per state capped the pipeline near 1,000
+// withdrawals a second. Spread, a state takes about 16,000 writes a
+// second. A withdrawal's shard is a hash of its id, the same through all
+// its states. Readers query every shard (stateKeys); the count may be
+// raised (readers then cover the old shards too), never lowered.
+const StateShards = 16
+
+// stateShard is the by_state shard of the withdrawal with id: FNV-1a of
+// the id, stable across processes and releases.
+func stateShard(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % StateShards)
+}
+
 // stateKey is the by_state index key of a withdrawal, "" for none.
 func stateKey(w withdrawal.Withdrawal) string {
+	var state string
 	switch {
 	case !w.Status.Final():
-		return string(w.Status)
+		state = string(w.Status)
 	case w.Untold():
-		return unnotified
+		state = unnotified
+	default:
+		return ""
 	}
-	return ""
+	return state + "#" + strconv.Itoa(stateShard(w.ID))
+}
+
+// stateKeys are the by_state keys a reader queries for state: each shard,
+// and the state alone, the key of records written before the index was
+// sharded (a record moves to its shard at its next write; until then, a
+// withdrawal due in a month or an outcome finance has not heard of is
+// found there).
+func stateKeys(state string) []string {
+	keys := make([]string, 0, StateShards+1)
+	for n := range StateShards {
+		keys = append(keys, state+"#"+strconv.Itoa(n))
+	}
+	return append(keys, state)
 }
 
 func encodeWithdrawal(w withdrawal.Withdrawal) item {

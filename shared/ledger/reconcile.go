@@ -78,8 +78,10 @@ func (d *Dynamo) Reconcile(ctx context.Context, now time.Time) (Reconciliation, 
 	// Far-future due times bound neither: scan everything in these states.
 	far := now.Add(100 * 365 * 24 * time.Hour)
 	errs = append(errs, d.scan(ctx, string(withdrawal.Processing), far, false, func(w withdrawal.Withdrawal, queued, _ bool) error {
-		if queued || w.ProcessingUntil.After(now) {
-			return nil // its attempt may still be running
+		// Its attempt may still be running; past its deadline its watch job
+		// (or the takeover's message) may be in the work queue.
+		if queued || w.ProcessingUntil.After(now.Add(-d.opts.Grace)) {
+			return nil
 		}
 		rep.Redispatched++
 		return d.q.Add(ctx, w.Shard, w.ID, now)
@@ -150,11 +152,23 @@ func (d *Dynamo) promoted(ctx context.Context, w withdrawal.Withdrawal) {
 	}
 }
 
-// scan walks the by_state index for key with due_at <= until, page by page,
-// telling fn for each withdrawal whether Redis holds its job (leased, or
-// due: with byDue, due no later than the record), and whether it was never
-// handed to Redis (deferred beyond the horizon).
-func (d *Dynamo) scan(ctx context.Context, key string, until time.Time, byDue bool,
+// scan walks the by_state index for state with due_at <= until, every
+// shard of it (stateKeys), page by page, telling fn for each withdrawal
+// whether Redis holds its job (leased, or due: with byDue, due no later
+// than the record), and whether it was never handed to Redis (deferred
+// beyond the horizon). Each shard is in due order, the whole is not.
+func (d *Dynamo) scan(ctx context.Context, state string, until time.Time, byDue bool,
+	fn func(w withdrawal.Withdrawal, queued, deferred bool) error) error {
+	// A shard that fails does not keep the others from their repairs.
+	var errs []error
+	for _, key := range stateKeys(state) {
+		errs = append(errs, d.scanKey(ctx, key, until, byDue, fn))
+	}
+	return errors.Join(errs...)
+}
+
+// scanKey is scan over one by_state key.
+func (d *Dynamo) scanKey(ctx context.Context, key string, until time.Time, byDue bool,
 	fn func(w withdrawal.Withdrawal, queued, deferred bool) error) error {
 	var start map[string]types.AttributeValue
 	for {

@@ -50,6 +50,11 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"ConcurrentBeginsAdmitOneAttempt", testConcurrentBegin},
 		{"CancelRacingBeginHasOneWinner", testCancelRace},
 		{"ReconcilerGivesLostJobsBack", testReconcile},
+		{"ALongDelayIsNeverARepair", testLongDelayIsNoRepair},
+		{"EveryLostJobIsFound", testEveryLostJobIsFound},
+		{"ADueJobInTheWorkQueueGetsTheGrace", workQueueGrace(graceDue)},
+		{"AnAttemptPastItsDeadlineGetsTheGrace", workQueueGrace(graceDeadline)},
+		{"AnUntoldOutcomeGetsTheGrace", workQueueGrace(graceUntold)},
 		{"EarlyJobIsPutBackAtItsDueTime", testNotDue},
 		{"BusyBeginKeepsALaterSchedule", testBusyKeepsLater},
 		{"TakeoverMayHavePaid", testTakeover2},
@@ -556,6 +561,181 @@ func testReconcile(t *testing.T, b Backend) {
 	if rep, err := r.Reconcile(ctx, T0.Add(time.Hour)); err != nil || rep.Total() != 0 {
 		t.Fatalf("second pass: %+v %v", rep, err)
 	}
+}
+
+// testLongDelayIsNoRepair: a withdrawal due in 30 days (beyond any Redis
+// horizon) goes through reconciler passes over its whole wait without one
+// repair: what alarms (Total) stays 0; a ledger that keeps it out of Redis
+// until its time nears promotes it once, and its job is then held at its
+// exact due time.
+func testLongDelayIsNoRepair(t *testing.T, b Backend) {
+	r, ok := b.Ledger.(Reconciler)
+	if !ok {
+		t.Skip("this backend has no reconciler")
+	}
+	ctx := context.Background()
+	w := NewWithdrawal(b.Queue, "u-long", T0.Add(30*24*time.Hour))
+	Create(t, b.Ledger, w)
+	promoted := 0
+	// A pass a day, then every 20 minutes over the last two hours (past
+	// any horizon of the defaults').
+	var passes []time.Time
+	for at := T0; at.Before(w.DueAt.Add(-2 * time.Hour)); at = at.Add(24 * time.Hour) {
+		passes = append(passes, at)
+	}
+	for at := w.DueAt.Add(-2 * time.Hour); at.Before(w.DueAt); at = at.Add(20 * time.Minute) {
+		passes = append(passes, at)
+	}
+	for _, at := range passes {
+		rep, err := r.Reconcile(ctx, at)
+		if err != nil || rep.Total() != 0 {
+			t.Fatalf("pass at due - %v: %+v %v; want no repair", w.DueAt.Sub(at), rep, err)
+		}
+		promoted += rep.Promoted
+	}
+	if promoted > 1 {
+		t.Errorf("promoted %d times, want at most once", promoted)
+	}
+	if at, ok := jobDue(t, b, w.Ref()); !ok || !at.Equal(w.DueAt) {
+		t.Fatalf("job due %v (%v) 20 minutes before its time, want held at %v", at, ok, w.DueAt)
+	}
+}
+
+// testEveryLostJobIsFound: many withdrawals, of many users (over every
+// queue shard, and every by_state shard of the DynamoDB ledger), lose
+// their jobs: Outstanding lists each, and one reconciler pass puts each
+// back.
+func testEveryLostJobIsFound(t *testing.T, b Backend) {
+	r, ok := b.Ledger.(Reconciler)
+	if !ok {
+		t.Skip("this backend has no reconciler")
+	}
+	ctx := context.Background()
+	const n = 48
+	ws := make([]withdrawal.Withdrawal, n)
+	for i := range ws {
+		ws[i] = NewWithdrawal(b.Queue, fmt.Sprintf("u-%d", i), T0.Add(time.Duration(i)*time.Second))
+		Create(t, b.Ledger, ws[i])
+	}
+	seen := map[string]bool{}
+	if err := b.Ledger.Outstanding(ctx, func(w withdrawal.Withdrawal) error { seen[w.ID] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range due(t, b.Queue) {
+		lost(t, b, id)
+	}
+	rep, err := r.Reconcile(ctx, T0.Add(time.Hour))
+	if err != nil || rep.Scheduled != n || rep.Total() != n {
+		t.Fatalf("reconcile: %+v %v, want all %d scheduled again", rep, err, n)
+	}
+	refs := make([]delayq.Ref, n)
+	for i, w := range ws {
+		refs[i] = delayq.Ref(w.Ref())
+		if !seen[w.ID] {
+			t.Errorf("Outstanding misses %s", w.UserID)
+		}
+	}
+	held, err := b.Queue.Holds(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range held {
+		if !h {
+			t.Errorf("%s not put back", ws[i].UserID)
+		}
+	}
+}
+
+// DefaultGrace is the reconciler's grace of both ledgers when none is
+// set: how long past its time a job may be out of Redis (in the work
+// queue) before the reconciler puts it back.
+const DefaultGrace = time.Minute
+
+// handOver claims what of ref's shard is due by at and acks it, as the
+// poller does once SQS accepted it: from then on the work queue holds it,
+// not Redis. It reports whether ref's job was among it.
+func handOver(t *testing.T, b Backend, ref withdrawal.Ref, at time.Time) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := b.Queue.Claim(ctx, ref.Shard, at, time.Minute, delayq.MaxBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, j := range c.Jobs {
+		found = found || j.ID == ref.ID
+		if _, err := b.Queue.Ack(ctx, ref.Shard, c.Lease, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return found
+}
+
+// graceStep brings a new withdrawal w to where its job is in the work
+// queue from the time it returns on, and says which count repairs it.
+type graceStep func(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int)
+
+// workQueueGrace: a job handed to the work queue is out of Redis until the
+// consumer is done with it, waiting or redelivered after a failed receive.
+// The reconciler leaves it alone for the grace past its time, and puts it
+// back, once, after.
+func workQueueGrace(step graceStep) func(t *testing.T, b Backend) {
+	return func(t *testing.T, b Backend) {
+		r, ok := b.Ledger.(Reconciler)
+		if !ok {
+			t.Skip("this backend has no reconciler")
+		}
+		ctx := context.Background()
+		w := NewWithdrawal(b.Queue, "alice", T0)
+		Create(t, b.Ledger, w)
+		at, repairs := step(t, b, w)
+		for _, d := range []time.Duration{0, DefaultGrace / 2, DefaultGrace - time.Millisecond} {
+			if rep, err := r.Reconcile(ctx, at.Add(d)); err != nil || rep.Total() != 0 {
+				t.Fatalf("pass %v after its job went to the work queue: %+v %v, want nothing (within the grace)", d, rep, err)
+			}
+		}
+		rep, err := r.Reconcile(ctx, at.Add(DefaultGrace+time.Millisecond))
+		if err != nil || rep.Total() != 1 || repairs(rep) != 1 {
+			t.Fatalf("pass past the grace: %+v %v, want its one repair", rep, err)
+		}
+		if _, ok := jobDue(t, b, w.Ref()); !ok {
+			t.Fatal("not back in Redis past the grace")
+		}
+	}
+}
+
+// graceDue: the job, due, went to the work queue.
+func graceDue(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	if !handOver(t, b, w.Ref(), w.DueAt) {
+		t.Fatal("no job due")
+	}
+	return w.DueAt, func(r ledger.Reconciliation) int { return r.Scheduled }
+}
+
+// graceDeadline: an attempt began and its consumer went quiet; past the
+// attempt's deadline its job (the watch, or SQS's redelivery of the
+// message) is in the work queue.
+func graceDeadline(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	handOver(t, b, w.Ref(), w.DueAt)
+	until := w.DueAt.Add(30 * time.Second)
+	if _, start, _ := begin(t, b, w.Ref(), w.DueAt, until); start != withdrawal.StartAttempt {
+		t.Fatalf("begin: %v", start)
+	}
+	handOver(t, b, w.Ref(), until)
+	return until, func(r ledger.Reconciliation) int { return r.Redispatched }
+}
+
+// graceUntold: paid, and the consumer that is to tell finance is in the
+// work queue (its message redelivered).
+func graceUntold(t *testing.T, b Backend, w withdrawal.Withdrawal) (time.Time, func(ledger.Reconciliation) int) {
+	handOver(t, b, w.Ref(), w.DueAt)
+	_, _, a := begin(t, b, w.Ref(), w.DueAt, w.DueAt.Add(30*time.Second))
+	done := w.DueAt.Add(2 * time.Second)
+	if _, err := b.Ledger.Finish(context.Background(), w.Ref(), a, withdrawal.Result{Status: withdrawal.Paid, At: done}); err != nil {
+		t.Fatal(err)
+	}
+	handOver(t, b, w.Ref(), done)
+	return done, func(r ledger.Reconciliation) int { return r.Renotified }
 }
 
 // lost removes a job from its queue, due or leased.

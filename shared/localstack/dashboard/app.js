@@ -166,7 +166,7 @@
     }
     for (const k of ['due', 'due_now', 'inflight', 'dead']) setMetric('total:' + k, count(total[k]), total[k]);
     setMetric('total:oldest_due_lag_ms', duration(total.oldest_due_lag_ms), total.oldest_due_lag_ms);
-    for (const k of ['payouts_paid', 'payouts_failed']) setMetric('counter:' + k, count(metrics.totals[k] || 0), metrics.totals[k] || 0);
+    for (const k of ['payouts_paid', 'payouts_failed', 'reconciled', 'promoted']) setMetric('counter:' + k, count(metrics.totals[k] || 0), metrics.totals[k] || 0);
 
     const complete = metrics.history.slice(0, -1); // the newest bucket is still filling
     const last = complete[complete.length - 1];

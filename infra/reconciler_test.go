@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,11 +83,12 @@ func TestReconcileGraceIsTheWorkQueuesRedelivery(t *testing.T) {
 			visibility, _ := work["VisibilityTimeout"].(float64)
 			redrive, _ := work["RedrivePolicy"].(map[string]any)
 			receives, _ := redrive["maxReceiveCount"].(float64)
-			var window float64 // absent: none
-			consumer := logicalID(st.stack, st.stack.Functions[fnConsumer])
+			var window float64                                            // absent: none
+			consumer := logicalID(st.stack, st.stack.Aliases[fnConsumer]) // its live alias (TestCanaryDeployments)
 			n := 0
 			for _, m := range resources(st.tpl, "AWS::Lambda::EventSourceMapping") {
-				if p := propsOf(m); mustJSON(p["FunctionName"]) == mustJSON(ref(consumer)) {
+				if ids, _ := named(propsOf(m)["FunctionName"]); slices.Equal(slices.Compact(ids), []string{consumer}) {
+					p := propsOf(m)
 					n++
 					window, _ = p["MaximumBatchingWindowInSeconds"].(float64)
 				}

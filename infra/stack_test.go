@@ -110,7 +110,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		fnPoller: {
 			"WORK_QUEUE_URL":            ref(logicalID(f.def, f.def.WorkQueue)),
 			"HOURGLASS_POLLER_MARGIN":   "5s",
-			"HOURGLASS_RECONCILE_GRACE": "15m0s",
+			"HOURGLASS_RECONCILE_GRACE": "22m30s",
 		},
 		fnConsumer: {
 			"PAYOUT_URL":                "https://payouts.example.com/v1/payouts",

@@ -9,8 +9,12 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,8 +67,18 @@ func start(t *testing.T) *stack {
 	s := &stack{t: t, fns: map[string]*rie.Function{}, sizes: map[string]int64{},
 		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret"),
 		orders: fakes.NewOrderEvents(t, "ord-secret")}
+	// As deployed: every key the functions use comes from Secrets Manager
+	// (a stand-in speaking its protocol), each channel's its own, and every
+	// outbound URL is https (TLS fronts of the fakes, trusted through
+	// SSL_CERT_FILE). A function refuses to start otherwise.
+	sm := fakes.NewSecretStore(map[string]string{
+		"e2e/payout-signing": "pay-secret", "e2e/finance-signing": "fin-secret", "e2e/orders-signing": "ord-secret",
+		"e2e/payout-webhook": "e2e-payout-webhook-key", "e2e/payments-webhook": "e2e-payments-webhook-key",
+	})
+	front := newTLSFronts(t)
 	common := []string{
 		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.Serve(t), "SSL_CERT_FILE=" + front.roots,
 		// The operator role whose session the admin fixtures' IAM context
 		// names (assumed-role/hourglass-operator in 123456789012).
 		"HOURGLASS_ADMIN_ROLE_ARNS=arn:aws:iam::123456789012:role/hourglass-operator",
@@ -76,10 +90,11 @@ func start(t *testing.T) *stack {
 	env := map[string][]string{
 		"poller": {"WORK_QUEUE_URL=" + sqsfake.QueueURL, "AWS_ENDPOINT_URL_SQS=" + s.sqs.URL,
 			"HOURGLASS_POLL_INTERVAL=100ms", "HOURGLASS_POLLER_MARGIN=" + pollerMargin},
-		"consumer": {"PAYOUT_URL=" + s.provider.URL, "PAYOUT_SIGNING_SECRET=pay-secret",
-			"FINANCE_WEBHOOK_URL=" + s.finance.URL, "FINANCE_SIGNING_SECRET=fin-secret",
+		"consumer": {"PAYOUT_URL=" + front.to(s.provider.URL), "PAYOUT_SIGNING_SECRET_ID=e2e/payout-signing",
+			"FINANCE_WEBHOOK_URL=" + front.to(s.finance.URL), "FINANCE_SIGNING_SECRET_ID=e2e/finance-signing",
 			// A Lambda function has no log to fall back to for order events.
-			"ORDERS_WEBHOOK_URL=" + s.orders.URL, "ORDERS_SIGNING_SECRET=ord-secret"},
+			"ORDERS_WEBHOOK_URL=" + front.to(s.orders.URL), "ORDERS_SIGNING_SECRET_ID=e2e/orders-signing"},
+		"enqueue": {"PAYOUT_WEBHOOK_SECRET_ID=e2e/payout-webhook", "PAYMENTS_WEBHOOK_SECRET_ID=e2e/payments-webhook"},
 	}
 	for _, name := range functions {
 		bootstrap := filepath.Join(dir, name, "bootstrap")
@@ -109,6 +124,33 @@ func start(t *testing.T) *stack {
 	}
 	s.consumer = &sqsfake.EventSource{Queue: s.sqs, Function: s.fns["consumer"], Visibility: time.Second}
 	return s
+}
+
+// tlsFronts put https in front of the fakes' plain http servers, with the
+// one test certificate of net/http/httptest, written to roots for the
+// functions' SSL_CERT_FILE.
+type tlsFronts struct {
+	t     *testing.T
+	roots string
+}
+
+func newTLSFronts(t *testing.T) *tlsFronts {
+	return &tlsFronts{t: t, roots: filepath.Join(t.TempDir(), "roots.pem")}
+}
+
+// to returns the https URL of a TLS front of the http server at target.
+func (f *tlsFronts) to(target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(u))
+	f.t.Cleanup(srv.Close)
+	pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(f.roots, pemCert, 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return srv.URL
 }
 
 func tail(s string, n int) string {
@@ -328,6 +370,35 @@ func TestE2E(t *testing.T) {
 		other.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/hourglass-deployer/ci"
 		if code := s.api("enqueue", other, nil); code != http.StatusForbidden {
 			t.Errorf("stats by another role: %d, want 403", code)
+		}
+	})
+
+	t.Run("public secrets refused at cold start", func(t *testing.T) {
+		s.t = t
+		// The withdrawal API deployed outside the stack, its callback keys'
+		// secret ids unset: it would authenticate payment confirmations and
+		// payout callbacks with the public defaults.
+		fn, err := rie.Start("enqueue-dev-secrets", rie.Options{
+			Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
+			Timeout: 10 * time.Second,
+			Env:     []string{"REDIS_URL=redis://127.0.0.1:1", "HOURGLASS_AUTH=jwt", "AWS_REGION=us-east-1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(fn.Stop)
+		payload, _ := json.Marshal(event(t, "healthz.json"))
+		if out, err := fn.Invoke(context.Background(), payload); err == nil {
+			t.Fatalf("a Lambda without its callback keys' secrets served %s", out)
+		}
+		log := fn.Log()
+		for _, name := range []string{"PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID"} {
+			if !strings.Contains(log, name) {
+				t.Errorf("the cold start's log does not name %s:\n%s", name, tail(log, 2048))
+			}
+		}
+		if strings.Contains(log, "dev-payments-secret") || strings.Contains(log, "dev-webhook-secret") {
+			t.Errorf("the cold start's log quotes a secret:\n%s", tail(log, 2048))
 		}
 	})
 

@@ -488,23 +488,3 @@ func slogLevel(s string) (slog.Level, error) {
 	}
 	return l, nil
 }
-
-// Require reports the named settings that are empty; functions call it for
-// what they cannot run without (the poller's WORK_QUEUE_URL, say).
-func (c Config) Require(names ...string) error {
-	values := map[string]string{
-		"REDIS_URL": string(c.RedisURL), "PAYOUT_URL": c.PayoutURL, "WORK_QUEUE_URL": c.WorkQueueURL,
-		"FINANCE_TOPIC_ARN": c.FinanceTopicARN, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL,
-		"ORDERS_TOPIC_ARN": c.OrdersTopicARN, "ORDERS_WEBHOOK_URL": c.OrdersWebhookURL,
-	}
-	var errs []error
-	for _, n := range names {
-		v, known := values[n]
-		if !known {
-			errs = append(errs, fmt.Errorf("config: %s is not a setting Require knows", n))
-		} else if v == "" {
-			errs = append(errs, fmt.Errorf("config: %s must be set", n))
-		}
-	}
-	return errors.Join(errs...)
-}

@@ -268,7 +268,7 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 	if err != nil {
 		return nil, err
 	}
-	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates)
+	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates, a.Clock)
 	a.Metrics = metrics.New(io.Discard, a.Clock)
 	switch cfg.Ledger {
 	case "dynamodb":

@@ -166,13 +166,17 @@ type Config struct {
 	// in jwt auth mode (the CDK authorizer requires the same).
 	JWTScope string `env:"HOURGLASS_JWT_SCOPE" envDefault:"hourglass/user"`
 	// Rate limits (ratelimit.Parse: "5/s", "30/m:10", "off") of purchase
-	// admission and withdrawal creation, per user and per source address.
-	// Unset, they are off locally and LambdaRates in Lambda.
+	// admission, withdrawal creation and the routes on a caller's own
+	// records (list, get, reschedule, cancel, purchases/me: the read
+	// family), per user and per source address. Unset, they are off
+	// locally and LambdaRates in Lambda.
 	RatePurchaseUser     string `env:"HOURGLASS_RATE_PURCHASE_USER"`
 	RatePurchaseSource   string `env:"HOURGLASS_RATE_PURCHASE_SOURCE"`
 	RateWithdrawalUser   string `env:"HOURGLASS_RATE_WITHDRAWAL_USER"`
 	RateWithdrawalSource string `env:"HOURGLASS_RATE_WITHDRAWAL_SOURCE"`
 	RateWebhookSource    string `env:"HOURGLASS_RATE_WEBHOOK_SOURCE"`
+	RateReadUser         string `env:"HOURGLASS_RATE_READ_USER"`
+	RateReadSource       string `env:"HOURGLASS_RATE_READ_SOURCE"`
 }
 
 // MinHorizonIntervals is the shortest HOURGLASS_REDIS_HORIZON, in
@@ -191,15 +195,20 @@ type Config struct {
 const MinHorizonIntervals = 2
 
 // LambdaRates are the rate limits a Lambda function applies when its
-// environment names none: a person buys a few times a second at most and
-// withdraws a few times a minute; an address is allowed room for a NAT of
-// many people.
+// environment names none: a person buys a few times a second at most,
+// withdraws a few times a minute and looks at their withdrawals and
+// purchases a few times a second (an app polling one, a page of the list);
+// an address is allowed room for a NAT of many people. Against the
+// routes' own throttle (1,000/s for the reads), one token holder takes at
+// most 1% of a read route and one address 10%.
 var LambdaRates = map[string]string{
 	"HOURGLASS_RATE_PURCHASE_USER":     "5/s",
 	"HOURGLASS_RATE_PURCHASE_SOURCE":   "100/s:200",
 	"HOURGLASS_RATE_WITHDRAWAL_USER":   "10/m",
 	"HOURGLASS_RATE_WITHDRAWAL_SOURCE": "600/m",
 	"HOURGLASS_RATE_WEBHOOK_SOURCE":    "50/s:100",
+	"HOURGLASS_RATE_READ_USER":         "10/s:20",
+	"HOURGLASS_RATE_READ_SOURCE":       "100/s:200",
 }
 
 // rates lists the rate settings with the field each fills.
@@ -216,6 +225,8 @@ func (c *Config) rates() []struct {
 		{"HOURGLASS_RATE_WITHDRAWAL_USER", &c.RateWithdrawalUser},
 		{"HOURGLASS_RATE_WITHDRAWAL_SOURCE", &c.RateWithdrawalSource},
 		{"HOURGLASS_RATE_WEBHOOK_SOURCE", &c.RateWebhookSource},
+		{"HOURGLASS_RATE_READ_USER", &c.RateReadUser},
+		{"HOURGLASS_RATE_READ_SOURCE", &c.RateReadSource},
 	}
 }
 
@@ -254,6 +265,10 @@ func (c Config) RateRules() (map[ratelimit.Family]ratelimit.Rule, error) {
 			Source: parse("HOURGLASS_RATE_WITHDRAWAL_SOURCE", c.RateWithdrawalSource),
 		},
 		ratelimit.Webhook: {Source: parse("HOURGLASS_RATE_WEBHOOK_SOURCE", c.RateWebhookSource)},
+		ratelimit.Read: {
+			User:   parse("HOURGLASS_RATE_READ_USER", c.RateReadUser),
+			Source: parse("HOURGLASS_RATE_READ_SOURCE", c.RateReadSource),
+		},
 	}
 	return rules, errors.Join(errs...)
 }

@@ -261,7 +261,8 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
-		Items:      seckill.NewStore(rdb, cfg.RedisPrefix, seckill.WithEventShards(cfg.QueueShards)),
+		Items: seckill.NewStore(rdb, cfg.RedisPrefix, seckill.WithEventShards(cfg.QueueShards),
+			seckill.WithPaymentGrace(cfg.PaymentGrace)),
 		itemQueues: map[string]*delayq.Queue{},
 		Secrets:    ConfiguredSecrets(cfg)}
 	rates, err := cfg.RateRules()

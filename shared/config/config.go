@@ -17,6 +17,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ratelimit"
+	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -129,6 +130,14 @@ type Config struct {
 	// poller (admitted purchases whose order is not under way yet); past it
 	// purchases answer 429 backlog_full.
 	OrderBacklog int64 `env:"HOURGLASS_ORDER_BACKLOG" envDefault:"50000"`
+	// PaymentGrace is how long after an order's pay-by time a payment the
+	// provider signed before it still pays it (judged by its signed time,
+	// not its arrival); an unpaid order expires that long after its
+	// pay-by time. At most the signatures' tolerance (5m): an older
+	// signature is refused anyway. 0 judges payments by their arrival.
+	// Unset, it is 0 locally (a walk-through sees its order expire at
+	// pay_by) and LambdaPaymentGrace in Lambda.
+	PaymentGrace time.Duration `env:"HOURGLASS_PAYMENT_GRACE"`
 	// SoldOutMemory is how long a container refuses purchases of an item it
 	// saw sold out or ended without asking Redis.
 	SoldOutMemory time.Duration `env:"HOURGLASS_SOLDOUT_MEMORY" envDefault:"1s"`
@@ -210,6 +219,11 @@ var LambdaRates = map[string]string{
 	"HOURGLASS_RATE_READ_USER":         "10/s:20",
 	"HOURGLASS_RATE_READ_SOURCE":       "100/s:200",
 }
+
+// LambdaPaymentGrace is HOURGLASS_PAYMENT_GRACE in a Lambda function whose
+// environment names none: the signatures' tolerance, the longest a
+// confirmation signed in time can take to arrive and still be accepted.
+const LambdaPaymentGrace = signature.DefaultTolerance
 
 // rates lists the rate settings with the field each fills.
 func (c *Config) rates() []struct {
@@ -314,6 +328,9 @@ func Load(p Profile) (Config, error) {
 		failed["HOURGLASS_AUTH"] = true
 		problems = append(problems, problem{"HOURGLASS_AUTH", "dev auth (X-User-Id, X-Admin-Token) is for the local stack only; " +
 			"a Lambda function takes jwt (unset HOURGLASS_AUTH or set it to jwt)"})
+	}
+	if p == Lambda && strings.TrimSpace(os.Getenv("HOURGLASS_PAYMENT_GRACE")) == "" {
+		c.PaymentGrace = LambdaPaymentGrace
 	}
 	if p == Lambda {
 		for _, r := range c.rates() {
@@ -427,6 +444,9 @@ func (c Config) problems() []problem {
 	}
 	if c.PollerMargin < 0 {
 		bad("HOURGLASS_POLLER_MARGIN", "must not be negative")
+	}
+	if c.PaymentGrace < 0 || c.PaymentGrace > signature.DefaultTolerance {
+		bad("HOURGLASS_PAYMENT_GRACE", "must lie within 0..%s (the signatures' tolerance), got %s", signature.DefaultTolerance, c.PaymentGrace)
 	}
 	if c.SoldOutMemory < 0 {
 		bad("HOURGLASS_SOLDOUT_MEMORY", "must not be negative")

@@ -153,6 +153,34 @@ func (f *tlsFronts) to(target string) string {
 	return srv.URL
 }
 
+// refusedAtColdStart starts the enqueue bootstrap as name with auth (its
+// HOURGLASS_AUTH setting) and nothing else configured, and checks that it
+// serves nothing and that its cold start's log names each of names. It
+// returns the log.
+func refusedAtColdStart(t *testing.T, name, auth string, names ...string) string {
+	t.Helper()
+	fn, err := rie.Start(name, rie.Options{
+		Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
+		Timeout: 10 * time.Second,
+		Env:     []string{"REDIS_URL=redis://127.0.0.1:1", auth, "AWS_REGION=us-east-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fn.Stop)
+	payload, _ := json.Marshal(event(t, "healthz.json"))
+	if out, err := fn.Invoke(context.Background(), payload); err == nil {
+		t.Fatalf("%s served %s", name, out)
+	}
+	log := fn.Log()
+	for _, n := range names {
+		if !strings.Contains(log, n) {
+			t.Errorf("the cold start's log does not name %s:\n%s", n, tail(log, 2048))
+		}
+	}
+	return log
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -378,25 +406,8 @@ func TestE2E(t *testing.T) {
 		// The withdrawal API deployed outside the stack, its callback keys'
 		// secret ids unset: it would authenticate payment confirmations and
 		// payout callbacks with the public defaults.
-		fn, err := rie.Start("enqueue-dev-secrets", rie.Options{
-			Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
-			Timeout: 10 * time.Second,
-			Env:     []string{"REDIS_URL=redis://127.0.0.1:1", "HOURGLASS_AUTH=jwt", "AWS_REGION=us-east-1"},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(fn.Stop)
-		payload, _ := json.Marshal(event(t, "healthz.json"))
-		if out, err := fn.Invoke(context.Background(), payload); err == nil {
-			t.Fatalf("a Lambda without its callback keys' secrets served %s", out)
-		}
-		log := fn.Log()
-		for _, name := range []string{"PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID"} {
-			if !strings.Contains(log, name) {
-				t.Errorf("the cold start's log does not name %s:\n%s", name, tail(log, 2048))
-			}
-		}
+		log := refusedAtColdStart(t, "enqueue-dev-secrets", "HOURGLASS_AUTH=jwt",
+			"PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID")
 		if strings.Contains(log, "dev-payments-secret") || strings.Contains(log, "dev-webhook-secret") {
 			t.Errorf("the cold start's log quotes a secret:\n%s", tail(log, 2048))
 		}
@@ -404,22 +415,7 @@ func TestE2E(t *testing.T) {
 
 	t.Run("dev auth refused at cold start", func(t *testing.T) {
 		s.t = t
-		fn, err := rie.Start("enqueue-dev", rie.Options{
-			Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
-			Timeout: 10 * time.Second,
-			Env:     []string{"REDIS_URL=redis://127.0.0.1:1", "HOURGLASS_AUTH=dev", "AWS_REGION=us-east-1"},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(fn.Stop)
-		payload, _ := json.Marshal(event(t, "healthz.json"))
-		if out, err := fn.Invoke(context.Background(), payload); err == nil {
-			t.Fatalf("a Lambda with HOURGLASS_AUTH=dev served %s", out)
-		}
-		if log := fn.Log(); !strings.Contains(log, "HOURGLASS_AUTH") {
-			t.Errorf("the cold start's log does not name HOURGLASS_AUTH:\n%s", tail(log, 2048))
-		}
+		refusedAtColdStart(t, "enqueue-dev", "HOURGLASS_AUTH=dev", "HOURGLASS_AUTH")
 	})
 
 	s.t = t

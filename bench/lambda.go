@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/rie"
 )
 
@@ -23,11 +24,26 @@ var (
 // init duration under the Lambda runtime interface emulator, on the
 // benchmark's Redis.
 func benchLambda(ctx context.Context, _ redis.UniversalClient, srv *server, rep *report, _ bool) error {
+	return run(func(h *harness) error { return lambdaColdStarts(ctx, h, srv, rep) })
+}
+
+func lambdaColdStarts(ctx context.Context, h *harness, srv *server, rep *report) error {
+	// As deployed: the keys from Secrets Manager (a stand-in on loopback;
+	// the cold start reads them, as in AWS), each channel's its own, the
+	// outbound URLs https (never called here). A function refuses to
+	// start on less.
+	sm := fakes.NewSecretStore(map[string]string{
+		"bench/payout-signing": "bench-payout-signing", "bench/finance-signing": "bench-finance-signing",
+		"bench/payout-webhook": "bench-payout-webhook", "bench/payments-webhook": "bench-payments-webhook",
+	})
 	env := []string{
 		"REDIS_URL=redis://" + srv.addr, "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=warn",
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench",
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.Serve(h),
 		"WORK_QUEUE_URL=http://127.0.0.1:9/000000000000/work", "HOURGLASS_POLLER_MARGIN=2500ms",
-		"PAYOUT_URL=http://127.0.0.1:9/pay", "FINANCE_WEBHOOK_URL=http://127.0.0.1:9/finance",
+		"PAYOUT_URL=https://127.0.0.1:9/pay", "FINANCE_WEBHOOK_URL=https://127.0.0.1:9/finance",
+		"PAYOUT_SIGNING_SECRET_ID=bench/payout-signing", "FINANCE_SIGNING_SECRET_ID=bench/finance-signing",
+		"PAYOUT_WEBHOOK_SECRET_ID=bench/payout-webhook", "PAYMENTS_WEBHOOK_SECRET_ID=bench/payments-webhook",
 	}
 	events := map[string]string{
 		"enqueue": "events/healthz.json", "seckill": "events/seckill-item.json",

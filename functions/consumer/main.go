@@ -13,7 +13,9 @@ import (
 )
 
 func main() {
-	a := app.ForLambda("REDIS_URL", "PAYOUT_URL")
+	// Finance's and the order events' webhooks, when set, need their
+	// signing keys' secrets too (config.CheckDeployed).
+	a := app.ForLambda("REDIS_URL", "PAYOUT_URL", "PAYOUT_SIGNING_SECRET_ID")
 	provider, err := a.Provider(false)
 	if err != nil {
 		app.Fatal(a.Log, "payout provider", err)

@@ -10,5 +10,7 @@ import (
 )
 
 func main() {
-	lambda.Start(app.ForLambda("REDIS_URL").WithdrawalAPI())
+	// The providers' callbacks are authenticated with keys from Secrets
+	// Manager only: a cold start without them fails.
+	lambda.Start(app.ForLambda("REDIS_URL", "PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID").WithdrawalAPI())
 }

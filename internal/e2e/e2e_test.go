@@ -9,8 +9,12 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,8 +67,18 @@ func start(t *testing.T) *stack {
 	s := &stack{t: t, fns: map[string]*rie.Function{}, sizes: map[string]int64{},
 		sqs: sqsfake.New(t), provider: fakes.NewProvider(t, "pay-secret"), finance: fakes.NewFinance(t, "fin-secret"),
 		orders: fakes.NewOrderEvents(t, "ord-secret")}
+	// As deployed: every key the functions use comes from Secrets Manager
+	// (a stand-in speaking its protocol), each channel's its own, and every
+	// outbound URL is https (TLS fronts of the fakes, trusted through
+	// SSL_CERT_FILE). A function refuses to start otherwise.
+	sm := fakes.NewSecretStore(map[string]string{
+		"e2e/payout-signing": "pay-secret", "e2e/finance-signing": "fin-secret", "e2e/orders-signing": "ord-secret",
+		"e2e/payout-webhook": "e2e-payout-webhook-key", "e2e/payments-webhook": "e2e-payments-webhook-key",
+	})
+	front := newTLSFronts(t)
 	common := []string{
 		"REDIS_URL=" + redis.URL(), "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=info",
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.Serve(t), "SSL_CERT_FILE=" + front.roots,
 		// The operator role whose session the admin fixtures' IAM context
 		// names (assumed-role/hourglass-operator in 123456789012).
 		"HOURGLASS_ADMIN_ROLE_ARNS=arn:aws:iam::123456789012:role/hourglass-operator",
@@ -76,10 +90,11 @@ func start(t *testing.T) *stack {
 	env := map[string][]string{
 		"poller": {"WORK_QUEUE_URL=" + sqsfake.QueueURL, "AWS_ENDPOINT_URL_SQS=" + s.sqs.URL,
 			"HOURGLASS_POLL_INTERVAL=100ms", "HOURGLASS_POLLER_MARGIN=" + pollerMargin},
-		"consumer": {"PAYOUT_URL=" + s.provider.URL, "PAYOUT_SIGNING_SECRET=pay-secret",
-			"FINANCE_WEBHOOK_URL=" + s.finance.URL, "FINANCE_SIGNING_SECRET=fin-secret",
+		"consumer": {"PAYOUT_URL=" + front.to(s.provider.URL), "PAYOUT_SIGNING_SECRET_ID=e2e/payout-signing",
+			"FINANCE_WEBHOOK_URL=" + front.to(s.finance.URL), "FINANCE_SIGNING_SECRET_ID=e2e/finance-signing",
 			// A Lambda function has no log to fall back to for order events.
-			"ORDERS_WEBHOOK_URL=" + s.orders.URL, "ORDERS_SIGNING_SECRET=ord-secret"},
+			"ORDERS_WEBHOOK_URL=" + front.to(s.orders.URL), "ORDERS_SIGNING_SECRET_ID=e2e/orders-signing"},
+		"enqueue": {"PAYOUT_WEBHOOK_SECRET_ID=e2e/payout-webhook", "PAYMENTS_WEBHOOK_SECRET_ID=e2e/payments-webhook"},
 	}
 	for _, name := range functions {
 		bootstrap := filepath.Join(dir, name, "bootstrap")
@@ -109,6 +124,61 @@ func start(t *testing.T) *stack {
 	}
 	s.consumer = &sqsfake.EventSource{Queue: s.sqs, Function: s.fns["consumer"], Visibility: time.Second}
 	return s
+}
+
+// tlsFronts put https in front of the fakes' plain http servers, with the
+// one test certificate of net/http/httptest, written to roots for the
+// functions' SSL_CERT_FILE.
+type tlsFronts struct {
+	t     *testing.T
+	roots string
+}
+
+func newTLSFronts(t *testing.T) *tlsFronts {
+	return &tlsFronts{t: t, roots: filepath.Join(t.TempDir(), "roots.pem")}
+}
+
+// to returns the https URL of a TLS front of the http server at target.
+func (f *tlsFronts) to(target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(u))
+	f.t.Cleanup(srv.Close)
+	pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(f.roots, pemCert, 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return srv.URL
+}
+
+// refusedAtColdStart starts the enqueue bootstrap as name with auth (its
+// HOURGLASS_AUTH setting) and nothing else configured, and checks that it
+// serves nothing and that its cold start's log names each of names. It
+// returns the log.
+func refusedAtColdStart(t *testing.T, name, auth string, names ...string) string {
+	t.Helper()
+	fn, err := rie.Start(name, rie.Options{
+		Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
+		Timeout: 10 * time.Second,
+		Env:     []string{"REDIS_URL=redis://127.0.0.1:1", auth, "AWS_REGION=us-east-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fn.Stop)
+	payload, _ := json.Marshal(event(t, "healthz.json"))
+	if out, err := fn.Invoke(context.Background(), payload); err == nil {
+		t.Fatalf("%s served %s", name, out)
+	}
+	log := fn.Log()
+	for _, n := range names {
+		if !strings.Contains(log, n) {
+			t.Errorf("the cold start's log does not name %s:\n%s", n, tail(log, 2048))
+		}
+	}
+	return log
 }
 
 func tail(s string, n int) string {
@@ -331,24 +401,21 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("public secrets refused at cold start", func(t *testing.T) {
+		s.t = t
+		// The withdrawal API deployed outside the stack, its callback keys'
+		// secret ids unset: it would authenticate payment confirmations and
+		// payout callbacks with the public defaults.
+		log := refusedAtColdStart(t, "enqueue-dev-secrets", "HOURGLASS_AUTH=jwt",
+			"PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID")
+		if strings.Contains(log, "dev-payments-secret") || strings.Contains(log, "dev-webhook-secret") {
+			t.Errorf("the cold start's log quotes a secret:\n%s", tail(log, 2048))
+		}
+	})
+
 	t.Run("dev auth refused at cold start", func(t *testing.T) {
 		s.t = t
-		fn, err := rie.Start("enqueue-dev", rie.Options{
-			Emulator: os.Getenv(emulatorEnv), Bootstrap: filepath.Join(os.Getenv(bootstrapsEnv), "enqueue", "bootstrap"),
-			Timeout: 10 * time.Second,
-			Env:     []string{"REDIS_URL=redis://127.0.0.1:1", "HOURGLASS_AUTH=dev", "AWS_REGION=us-east-1"},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(fn.Stop)
-		payload, _ := json.Marshal(event(t, "healthz.json"))
-		if out, err := fn.Invoke(context.Background(), payload); err == nil {
-			t.Fatalf("a Lambda with HOURGLASS_AUTH=dev served %s", out)
-		}
-		if log := fn.Log(); !strings.Contains(log, "HOURGLASS_AUTH") {
-			t.Errorf("the cold start's log does not name HOURGLASS_AUTH:\n%s", tail(log, 2048))
-		}
+		refusedAtColdStart(t, "enqueue-dev", "HOURGLASS_AUTH=dev", "HOURGLASS_AUTH")
 	})
 
 	s.t = t

@@ -2,7 +2,12 @@ package fakes
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
@@ -93,4 +98,35 @@ func (s *SecretStore) GetSecretValue(_ context.Context, in *secretsmanager.GetSe
 		return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException", Message: "Secrets Manager can't find the specified secret."}
 	}
 	return &secretsmanager.GetSecretValueOutput{Name: &id, SecretString: &v}, nil
+}
+
+// Serve answers Secrets Manager's JSON protocol (GetSecretValue) over HTTP
+// until the test ends, for a process that reads its secrets through the
+// SDK: point AWS_ENDPOINT_URL_SECRETS_MANAGER (or AWS_ENDPOINT_URL) at the
+// URL returned.
+func (s *SecretStore) Serve(t testing.TB) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ SecretId string }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil ||
+			r.Header.Get("X-Amz-Target") != "secretsmanager.GetSecretValue" {
+			http.Error(w, `{"__type":"InvalidRequestException"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		out, err := s.GetSecretValue(r.Context(), &secretsmanager.GetSecretValueInput{SecretId: &in.SecretId})
+		if err != nil {
+			var api smithy.APIError
+			code := "InternalServiceError"
+			if errors.As(err, &api) {
+				code = api.ErrorCode()
+			}
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"__type": code, "message": err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"ARN": in.SecretId, "Name": in.SecretId, "SecretString": *out.SecretString})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -167,6 +167,41 @@ func OpenSecrets(ctx context.Context, cfg config.Config, log *slog.Logger, api s
 	return s, nil
 }
 
+// CheckDeployed judges the keys read from Secrets Manager (those cfg names
+// by a *_SECRET_ID) as a deployed function must: none may be one of the
+// public development defaults (config.DevSecrets), and no key may serve
+// two channels (a payout callback's key that also confirms payments lets
+// whoever holds one forge the other). Errors name the settings, never a
+// key.
+func (s Secrets) CheckDeployed(ctx context.Context, cfg config.Config) error {
+	sources := []secrets.Source{s.Redis, s.Payout, s.Finance, s.Webhook, s.Payments, s.Orders}
+	var errs []error
+	owner := map[string]string{} // key -> the setting whose secret holds it
+	for i, ch := range cfg.Channels() {
+		if ch.ID == "" || sources[i] == nil {
+			continue
+		}
+		k, err := sources[i].Keys(ctx)
+		if err != nil {
+			return fmt.Errorf("secrets: %s: %w", ch.IDSetting, err)
+		}
+		for _, key := range k.All() {
+			switch {
+			case config.IsDevSecret(string(key)):
+				errs = append(errs, fmt.Errorf("config: %s: the secret %s holds a public development default "+
+					"as %s: put a random key in it (at least 32 bytes) and give it to the other party", ch.IDSetting, ch.ID, ch.What))
+			case owner[string(key)] != "" && owner[string(key)] != ch.IDSetting:
+				errs = append(errs, fmt.Errorf("config: %s: its secret holds a key that %s's secret holds too: "+
+					"give each channel a key of its own, so that one leaked or misused cannot sign for the other",
+					ch.IDSetting, owner[string(key)]))
+			default:
+				owner[string(key)] = ch.IDSetting
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ConnectWith returns the Redis client of cfg.RedisURL that authenticates
 // with s.Redis, if set, and follows its rotations.
 func ConnectWith(cfg config.Config, s Secrets) (redis.UniversalClient, error) {
@@ -226,14 +261,15 @@ func New(cfg config.Config, log *slog.Logger, rdb redis.UniversalClient) (*App, 
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, Clock: clock.System{}, Redis: rdb, Withdrawals: q,
-		Items:      seckill.NewStore(rdb, cfg.RedisPrefix, seckill.WithEventShards(cfg.QueueShards)),
+		Items: seckill.NewStore(rdb, cfg.RedisPrefix, seckill.WithEventShards(cfg.QueueShards),
+			seckill.WithPaymentGrace(cfg.PaymentGrace)),
 		itemQueues: map[string]*delayq.Queue{},
 		Secrets:    ConfiguredSecrets(cfg)}
 	rates, err := cfg.RateRules()
 	if err != nil {
 		return nil, err
 	}
-	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates)
+	a.Limiter = ratelimit.New(rdb, cfg.RedisPrefix, rates, a.Clock)
 	a.Metrics = metrics.New(io.Discard, a.Clock)
 	// A job the poller handed to the work queue is out of Redis until the
 	// consumer is done with it: the reconciler leaves it that long.
@@ -685,34 +721,55 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 // from the environment (Lambda profile), the JSON logger, the Redis client.
 // A cold start that cannot work logs why and exits, so Lambda reports an init
 // error instead of serving with a broken setup. require names settings the
-// function cannot run without.
+// function cannot run without, the *_SECRET_ID of each key it uses among
+// them (see OpenLambda).
 func ForLambda(require ...string) *App {
 	cfg, err := config.Load(config.Lambda)
 	log := NewLogger(os.Stdout, cfg.SlogLevel())
-	if err == nil && len(require) > 0 {
-		err = cfg.Require(require...)
-	}
 	if err != nil {
 		Fatal(log, "bad configuration", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	sec, err := OpenSecrets(ctx, cfg, log, nil)
+	a, err := OpenLambda(ctx, cfg, log, nil, require...)
 	if err != nil {
-		Fatal(log, "secrets", err)
+		Fatal(log, "cold start refused", err)
+	}
+	a.EmitMetricsTo(os.Stdout)
+	return a
+}
+
+// OpenLambda is ForLambda's work on cfg (read in the Lambda profile), its
+// secrets read through api (nil: the SDK's Secrets Manager client). It
+// refuses what would let anyone in on a function that faces the network
+// (config.CheckDeployed): a key the function uses not named by its
+// *_SECRET_ID, so on its public default; a plain http:// outbound URL;
+// one secret for two channels; then, once the secrets are read, a key that
+// is a public default or that two channels share (Secrets.CheckDeployed).
+// Every error names the setting and the way out, never a key.
+func OpenLambda(ctx context.Context, cfg config.Config, log *slog.Logger, api secrets.Getter, require ...string) (*App, error) {
+	if err := errors.Join(cfg.Require(require...), cfg.CheckDeployed(require...)); err != nil {
+		return nil, err
+	}
+	sec, err := OpenSecrets(ctx, cfg, log, api)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	if err := sec.CheckDeployed(ctx, cfg); err != nil {
+		return nil, err
 	}
 	rdb, err := ConnectWith(cfg, sec)
 	if err != nil {
-		Fatal(log, "redis", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	a, err := New(cfg, log, rdb)
 	if err != nil {
-		Fatal(log, "wiring", err)
+		_ = rdb.Close()
+		return nil, fmt.Errorf("wiring: %w", err)
 	}
 	a.Secrets = sec
 	a.lambda = true
-	a.EmitMetricsTo(os.Stdout)
-	return a
+	return a, nil
 }
 
 // Fatal logs err and exits: the one way a main reports a broken cold start.

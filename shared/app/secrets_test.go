@@ -2,12 +2,9 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
+	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
@@ -24,21 +21,14 @@ func TestSecretsComeFromSecretsManager(t *testing.T) {
 		"arn:aws:secretsmanager:eu-west-1:123456789012:secret:payout":     "payout-signing-secret",
 		"arn:aws:secretsmanager:eu-west-1:123456789012:secret:finance":    "finance-signing-secret",
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var in struct{ SecretId string }
-		_ = json.Unmarshal(body, &in)
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		_ = json.NewEncoder(w).Encode(map[string]any{"ARN": in.SecretId, "SecretString": values[in.SecretId]})
-	}))
-	t.Cleanup(srv.Close)
+	endpoint := fakes.NewSecretStore(values).Serve(t)
 
 	s := redistest.Start(t)
 	if err := s.Client(t).ConfigSet(context.Background(), "requirepass", "r3dis-auth-token-0123").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]string{
-		"AWS_ENDPOINT_URL": srv.URL, "AWS_REGION": "eu-west-1",
+		"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "eu-west-1",
 		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "",
 		"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
 		"REDIS_URL":                  s.URL(),

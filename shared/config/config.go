@@ -17,6 +17,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ratelimit"
+	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -137,6 +138,14 @@ type Config struct {
 	// poller (admitted purchases whose order is not under way yet); past it
 	// purchases answer 429 backlog_full.
 	OrderBacklog int64 `env:"HOURGLASS_ORDER_BACKLOG" envDefault:"50000"`
+	// PaymentGrace is how long after an order's pay-by time a payment the
+	// provider signed before it still pays it (judged by its signed time,
+	// not its arrival); an unpaid order expires that long after its
+	// pay-by time. At most the signatures' tolerance (5m): an older
+	// signature is refused anyway. 0 judges payments by their arrival.
+	// Unset, it is 0 locally (a walk-through sees its order expire at
+	// pay_by) and LambdaPaymentGrace in Lambda.
+	PaymentGrace time.Duration `env:"HOURGLASS_PAYMENT_GRACE"`
 	// SoldOutMemory is how long a container refuses purchases of an item it
 	// saw sold out or ended without asking Redis.
 	SoldOutMemory time.Duration `env:"HOURGLASS_SOLDOUT_MEMORY" envDefault:"1s"`
@@ -174,13 +183,17 @@ type Config struct {
 	// in jwt auth mode (the CDK authorizer requires the same).
 	JWTScope string `env:"HOURGLASS_JWT_SCOPE" envDefault:"hourglass/user"`
 	// Rate limits (ratelimit.Parse: "5/s", "30/m:10", "off") of purchase
-	// admission and withdrawal creation, per user and per source address.
-	// Unset, they are off locally and LambdaRates in Lambda.
+	// admission, withdrawal creation and the routes on a caller's own
+	// records (list, get, reschedule, cancel, purchases/me: the read
+	// family), per user and per source address. Unset, they are off
+	// locally and LambdaRates in Lambda.
 	RatePurchaseUser     string `env:"HOURGLASS_RATE_PURCHASE_USER"`
 	RatePurchaseSource   string `env:"HOURGLASS_RATE_PURCHASE_SOURCE"`
 	RateWithdrawalUser   string `env:"HOURGLASS_RATE_WITHDRAWAL_USER"`
 	RateWithdrawalSource string `env:"HOURGLASS_RATE_WITHDRAWAL_SOURCE"`
 	RateWebhookSource    string `env:"HOURGLASS_RATE_WEBHOOK_SOURCE"`
+	RateReadUser         string `env:"HOURGLASS_RATE_READ_USER"`
+	RateReadSource       string `env:"HOURGLASS_RATE_READ_SOURCE"`
 }
 
 // MinHorizonIntervals is the shortest HOURGLASS_REDIS_HORIZON, in
@@ -199,16 +212,26 @@ type Config struct {
 const MinHorizonIntervals = 2
 
 // LambdaRates are the rate limits a Lambda function applies when its
-// environment names none: a person buys a few times a second at most and
-// withdraws a few times a minute; an address is allowed room for a NAT of
-// many people.
+// environment names none: a person buys a few times a second at most,
+// withdraws a few times a minute and looks at their withdrawals and
+// purchases a few times a second (an app polling one, a page of the list);
+// an address is allowed room for a NAT of many people. Against the
+// routes' own throttle (1,000/s for the reads), one token holder takes at
+// most 1% of a read route and one address 10%.
 var LambdaRates = map[string]string{
 	"HOURGLASS_RATE_PURCHASE_USER":     "5/s",
 	"HOURGLASS_RATE_PURCHASE_SOURCE":   "100/s:200",
 	"HOURGLASS_RATE_WITHDRAWAL_USER":   "10/m",
 	"HOURGLASS_RATE_WITHDRAWAL_SOURCE": "600/m",
 	"HOURGLASS_RATE_WEBHOOK_SOURCE":    "50/s:100",
+	"HOURGLASS_RATE_READ_USER":         "10/s:20",
+	"HOURGLASS_RATE_READ_SOURCE":       "100/s:200",
 }
+
+// LambdaPaymentGrace is HOURGLASS_PAYMENT_GRACE in a Lambda function whose
+// environment names none: the signatures' tolerance, the longest a
+// confirmation signed in time can take to arrive and still be accepted.
+const LambdaPaymentGrace = signature.DefaultTolerance
 
 // rates lists the rate settings with the field each fills.
 func (c *Config) rates() []struct {
@@ -224,6 +247,8 @@ func (c *Config) rates() []struct {
 		{"HOURGLASS_RATE_WITHDRAWAL_USER", &c.RateWithdrawalUser},
 		{"HOURGLASS_RATE_WITHDRAWAL_SOURCE", &c.RateWithdrawalSource},
 		{"HOURGLASS_RATE_WEBHOOK_SOURCE", &c.RateWebhookSource},
+		{"HOURGLASS_RATE_READ_USER", &c.RateReadUser},
+		{"HOURGLASS_RATE_READ_SOURCE", &c.RateReadSource},
 	}
 }
 
@@ -262,6 +287,10 @@ func (c Config) RateRules() (map[ratelimit.Family]ratelimit.Rule, error) {
 			Source: parse("HOURGLASS_RATE_WITHDRAWAL_SOURCE", c.RateWithdrawalSource),
 		},
 		ratelimit.Webhook: {Source: parse("HOURGLASS_RATE_WEBHOOK_SOURCE", c.RateWebhookSource)},
+		ratelimit.Read: {
+			User:   parse("HOURGLASS_RATE_READ_USER", c.RateReadUser),
+			Source: parse("HOURGLASS_RATE_READ_SOURCE", c.RateReadSource),
+		},
 	}
 	return rules, errors.Join(errs...)
 }
@@ -307,6 +336,9 @@ func Load(p Profile) (Config, error) {
 		failed["HOURGLASS_AUTH"] = true
 		problems = append(problems, problem{"HOURGLASS_AUTH", "dev auth (X-User-Id, X-Admin-Token) is for the local stack only; " +
 			"a Lambda function takes jwt (unset HOURGLASS_AUTH or set it to jwt)"})
+	}
+	if p == Lambda && strings.TrimSpace(os.Getenv("HOURGLASS_PAYMENT_GRACE")) == "" {
+		c.PaymentGrace = LambdaPaymentGrace
 	}
 	if p == Lambda {
 		for _, r := range c.rates() {
@@ -428,6 +460,9 @@ func (c Config) problems() []problem {
 	if c.PollerMargin < 0 {
 		bad("HOURGLASS_POLLER_MARGIN", "must not be negative")
 	}
+	if c.PaymentGrace < 0 || c.PaymentGrace > signature.DefaultTolerance {
+		bad("HOURGLASS_PAYMENT_GRACE", "must lie within 0..%s (the signatures' tolerance), got %s", signature.DefaultTolerance, c.PaymentGrace)
+	}
 	if c.SoldOutMemory < 0 {
 		bad("HOURGLASS_SOLDOUT_MEMORY", "must not be negative")
 	}
@@ -502,24 +537,4 @@ func slogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
 	}
 	return l, nil
-}
-
-// Require reports the named settings that are empty; functions call it for
-// what they cannot run without (the poller's WORK_QUEUE_URL, say).
-func (c Config) Require(names ...string) error {
-	values := map[string]string{
-		"REDIS_URL": string(c.RedisURL), "PAYOUT_URL": c.PayoutURL, "WORK_QUEUE_URL": c.WorkQueueURL,
-		"FINANCE_TOPIC_ARN": c.FinanceTopicARN, "FINANCE_WEBHOOK_URL": c.FinanceWebhookURL,
-		"ORDERS_TOPIC_ARN": c.OrdersTopicARN, "ORDERS_WEBHOOK_URL": c.OrdersWebhookURL,
-	}
-	var errs []error
-	for _, n := range names {
-		v, known := values[n]
-		if !known {
-			errs = append(errs, fmt.Errorf("config: %s is not a setting Require knows", n))
-		} else if v == "" {
-			errs = append(errs, fmt.Errorf("config: %s must be set", n))
-		}
-	}
-	return errors.Join(errs...)
 }

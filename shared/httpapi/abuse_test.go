@@ -471,6 +471,7 @@ func TestRateLimitStatsShape(t *testing.T) {
 		"withdrawal": {"per_user": "off", "per_source": "off", "refused_user": 0.0, "refused_source": 0.0,
 			"errors": 0.0},
 		"webhook": {"per_user": "off", "per_source": "off", "refused_user": 0.0, "refused_source": 0.0, "errors": 0.0},
+		"read":    {"per_user": "off", "per_source": "off", "refused_user": 0.0, "refused_source": 0.0, "errors": 0.0},
 	}
 	if diff := cmp.Diff(want, snap.RateLimits); diff != "" {
 		t.Errorf("rate_limits (-want +got):\n%s", diff)

@@ -462,6 +462,15 @@ func TestOpenAPIResponses(t *testing.T) {
 		checkProblem(t, sp.invoke(t, s, itemPayload(t, "seckill-purchase", "rl-item"), true),
 			want{status: 429, code: "rate_limited", retryAfter: true})
 		wantStatus(t, sp.invoke(t, s, rawFixture(t, "admin-stats"), true), 200)
+		// The read family: one budget over the routes on one's own records.
+		r := newStack(t, u, map[string]string{"HOURGLASS_RATE_READ_USER": "1/m"})
+		wantStatus(t, sp.invoke(t, r, payload(t, "withdrawal-list", ""), true), 200)
+		for _, p := range [][]byte{
+			payload(t, "withdrawal-list", ""), payload(t, "withdrawal-get", fixtureID), payload(t, "withdrawal-cancel", fixtureID),
+			payload(t, "withdrawal-reschedule", fixtureID), rawFixture(t, "seckill-purchase-me"),
+		} {
+			checkProblem(t, sp.invoke(t, r, p, true), want{status: 429, code: "rate_limited", retryAfter: true})
+		}
 
 		idToken := withClaims(map[string]string{"sub": fixtureUser, "token_use": "id"})
 		for _, p := range [][]byte{

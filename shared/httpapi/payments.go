@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/shopspring/decimal"
@@ -13,6 +14,7 @@ import (
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/secrets"
+	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/validation"
 )
 
@@ -47,7 +49,10 @@ func (h PaymentWebhooks) confirm(ctx context.Context, r *Request) (events.APIGat
 	if err := signer.authenticate(ctx, r); err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	ans, err := ApplyPayment(ctx, h.Orders, r.Body)
+	// Authentic, so its timestamp is the provider's word on when it sent
+	// the confirmation, within the 5 minutes the signature allows.
+	signedAt, _ := signature.SignedAt(r.Header(signature.Header))
+	ans, err := ApplySignedPayment(ctx, h.Orders, r.Body, signedAt)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
@@ -108,11 +113,20 @@ func ParsePayment(body []byte) (seckill.Payment, error) {
 var paymentOrder = map[string]int{"event_id": 1, "order_id": 2, "status": 3, "amount": 4, "currency": 5}
 
 // ApplyPayment is a payment confirmation as the API takes it (its
-// signature checked): the body parsed, then the order processor's Pay.
+// signature checked): the body parsed, then the order processor's Pay,
+// judged by its arrival.
 func ApplyPayment(ctx context.Context, orders *seckill.OrderProcessor, body []byte) (seckill.PaymentAnswer, error) {
+	return ApplySignedPayment(ctx, orders, body, time.Time{})
+}
+
+// ApplySignedPayment is ApplyPayment of a confirmation whose signature,
+// checked, was made at signedAt: within the payment grace before its
+// arrival, that is the time it is judged by (seckill.Payment.PaidAt).
+func ApplySignedPayment(ctx context.Context, orders *seckill.OrderProcessor, body []byte, signedAt time.Time) (seckill.PaymentAnswer, error) {
 	p, err := ParsePayment(body)
 	if err != nil {
 		return seckill.PaymentAnswer{}, err
 	}
+	p.SignedAt = signedAt
 	return orders.Pay(ctx, p)
 }

@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/seckill"
 )
 
@@ -143,4 +147,30 @@ func TestPaymentConfirmations(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPaymentJudgedBySignedHeader: the confirmation route judges a
+// payment by its X-Hourglass-Signature timestamp, within the payment grace
+// (HOURGLASS_PAYMENT_GRACE): signed before pay-by and arriving two minutes
+// after, it pays the order; signed after pay-by it is refused as before
+// (expired, refund_required); signed longer ago than the signature's
+// 5 minutes it is 401, as the signature rules say. The route and the order
+// step run on a fake clock set past the pay-by time: no waiting.
+func TestPaymentJudgedBySignedHeader(t *testing.T) {
+	s := newStack(t, "redis://"+miniredis.RunT(t).Addr(), map[string]string{"HOURGLASS_PAYMENT_GRACE": "5m"})
+	ids := s.awaitingOrders(t, "grace-item", 60, "alice", "bob", "carol")
+	v := wantPurchase(t, s.invoke(t, itemPayload(t, "seckill-purchase-me", "grace-item", sub("alice"))), 200)
+	payBy := parseTime(t, *v.PayBy)
+	clk := clock.NewFake(payBy.Add(2 * time.Minute))
+	rt := httpapi.NewRouter(httpapi.Auth{Mode: httpapi.AuthJWT}, s.app.Log, 5*time.Second)
+	httpapi.PaymentWebhooks{Orders: seckill.NewOrderProcessor(s.app.Items, s.app.Orders, clk, s.app.Log),
+		Secret: []byte(paymentsSecret), Clock: clk}.Register(rt)
+	s.rt, s.h = rt, lambda.NewHandler(rt.Serve)
+
+	wantPayment(t, s.invoke(t, paymentCall(t, paymentsSecret, paymentBody("g-1", ids[0], "succeeded", "4999.00", "CNY"),
+		payBy.Add(-time.Second))), "paid", "paid", false, false)
+	wantPayment(t, s.invoke(t, paymentCall(t, paymentsSecret, paymentBody("g-2", ids[1], "succeeded", "4999.00", "CNY"),
+		payBy.Add(time.Second))), "expired", "refund", true, false)
+	checkProblem(t, s.invoke(t, paymentCall(t, paymentsSecret, paymentBody("g-3", ids[2], "succeeded", "4999.00", "CNY"),
+		payBy.Add(-4*time.Minute))), want{status: 401, code: "unauthenticated"})
 }

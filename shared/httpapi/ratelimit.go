@@ -56,7 +56,8 @@ func rateLimited(family ratelimit.Family, d ratelimit.Decision) *Problem {
 	if d.By == ratelimit.BySource {
 		who = "your network address"
 	}
-	verb := map[ratelimit.Family]string{ratelimit.Purchase: "purchases", ratelimit.Withdrawal: "withdrawal requests"}[family]
+	verb := map[ratelimit.Family]string{ratelimit.Purchase: "purchases", ratelimit.Withdrawal: "withdrawal requests",
+		ratelimit.Read: "requests about your withdrawals and purchases"}[family]
 	verb = cmp.Or(verb, "requests")
 	p := NewProblem(http.StatusTooManyRequests, CodeRateLimited,
 		fmt.Sprintf("too many %s from %s; retry in %d s", verb, who, d.RetryAfterSeconds()))

@@ -16,8 +16,9 @@ import (
 // Seckill serves /v1/seckill/*.
 type Seckill struct {
 	Service *seckill.Service
-	// Limiter, if set, rate-limits purchase admission per user and per
-	// source.
+	// Limiter, if set, rate-limits purchase admission (the purchase
+	// family) and the buyer's own purchase (the read family) per user and
+	// per source.
 	Limiter *ratelimit.Limiter
 }
 
@@ -26,7 +27,7 @@ func (h Seckill) Register(rt *Router) {
 	rt.Handle(http.MethodPut, "/v1/seckill/items/{item_id}", Admin, true, h.preheat)
 	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}", Public, false, h.state)
 	rt.Handle(http.MethodPost, "/v1/seckill/items/{item_id}/purchases", User, true, rt.Limited(h.Limiter, ratelimit.Purchase, h.purchase))
-	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}/purchases/me", User, false, h.mine)
+	rt.Handle(http.MethodGet, "/v1/seckill/items/{item_id}/purchases/me", User, false, rt.Limited(h.Limiter, ratelimit.Read, h.mine))
 	rt.MapErrors(seckillProblem)
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -150,14 +149,7 @@ func sameKeys(a, b [][]byte) bool {
 	return slices.EqualFunc(a, b, bytes.Equal)
 }
 
-// callbackBody is the provider's callback, POST /v1/webhooks/payouts.
-type callbackBody struct {
-	EventID      *string `json:"event_id"`
-	WithdrawalID *string `json:"withdrawal_id"`
-	PayoutID     *string `json:"payout_id"`
-	Status       *string `json:"status"`
-	Reason       *string `json:"reason"`
-}
+var callbackFields = map[string]bool{"event_id": true, "withdrawal_id": true, "payout_id": true, "status": true, "reason": true}
 
 // callbackOrder is the order a callback's problems are listed in.
 var callbackOrder = map[string]int{"body": 0, "event_id": 1, "payout_id": 2, "reason": 3, "withdrawal_id": 4, "status": 5}
@@ -165,29 +157,23 @@ var callbackOrder = map[string]int{"body": 0, "event_id": 1, "payout_id": 2, "re
 // ParseCallback reads a payout provider's callback body into the
 // withdrawal it is about and the callback, judged by the service's rules
 // (withdrawal.CheckCallback); a *validation.Error lists what is wrong.
+// The body is read exactly, as the payment confirmations are: its keys as
+// spelled (case-sensitive), each once, none unknown. A signed body means
+// one thing only: a lenient reader would apply {"status":"paid",
+// "Status":"failed"} as whichever spelling it happens to keep.
 func ParseCallback(body []byte) (string, withdrawal.Callback, error) {
-	var b callbackBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&b); err != nil || dec.More() {
-		return "", withdrawal.Callback{}, validation.New("body", "must be one JSON object")
-	}
 	read := &validation.Error{}
-	text := func(field string, p *string, required bool) string {
-		if p == nil {
-			if required {
-				read.Add(field, "is required")
-			}
-			return ""
-		}
-		return *p
+	raw := read.Object(body, callbackFields, false)
+	if raw == nil {
+		return "", withdrawal.Callback{}, read
 	}
-	c := withdrawal.Callback{
-		EventID:  text("event_id", b.EventID, true),
-		PayoutID: text("payout_id", b.PayoutID, false),
-		Reason:   text("reason", b.Reason, false),
-		Status:   withdrawal.Status(text("status", b.Status, true)),
-	}
-	id := text("withdrawal_id", b.WithdrawalID, true)
+	var c withdrawal.Callback
+	c.EventID, _ = read.String(raw, "event_id")
+	c.PayoutID, _ = read.OptionalString(raw, "payout_id")
+	c.Reason, _ = read.OptionalString(raw, "reason")
+	status, _ := read.String(raw, "status")
+	c.Status = withdrawal.Status(status)
+	id, _ := read.String(raw, "withdrawal_id")
 	if err := judged(read, withdrawal.CheckCallback(id, c), callbackOrder, named(read)); err != nil {
 		return "", withdrawal.Callback{}, err
 	}

@@ -16,7 +16,9 @@ import (
 // Withdrawals serves /v1/withdrawals*.
 type Withdrawals struct {
 	Service *withdrawal.Service
-	// Limiter, if set, rate-limits creation per user and per source.
+	// Limiter, if set, rate-limits creation (the withdrawal family) and
+	// the routes on one's own withdrawals (the read family) per user and
+	// per source.
 	Limiter *ratelimit.Limiter
 	// LimitFailsClosed refuses creation (503 rate_limit_unavailable) while
 	// the limiter cannot reach Redis: set with a ledger that creates
@@ -33,10 +35,13 @@ func (h Withdrawals) Register(rt *Router) {
 		limited = rt.LimitedClosed
 	}
 	rt.Handle(http.MethodPost, "/v1/withdrawals", User, true, limited(h.Limiter, ratelimit.Withdrawal, h.create))
-	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, h.list)
-	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, h.get)
-	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, h.cancel)
-	rt.Handle(http.MethodPatch, "/v1/withdrawals/{id}", User, true, h.reschedule)
+	// The routes on one's own withdrawals share the read family's budget;
+	// they fail open (each answers 503 on its own while its ledger is down).
+	read := func(next HandlerFunc) HandlerFunc { return rt.Limited(h.Limiter, ratelimit.Read, next) }
+	rt.Handle(http.MethodGet, "/v1/withdrawals", User, false, read(h.list))
+	rt.Handle(http.MethodGet, "/v1/withdrawals/{id}", User, false, read(h.get))
+	rt.Handle(http.MethodDelete, "/v1/withdrawals/{id}", User, false, read(h.cancel))
+	rt.Handle(http.MethodPatch, "/v1/withdrawals/{id}", User, true, read(h.reschedule))
 	rt.MapErrors(withdrawalProblem)
 }
 

@@ -1,5 +1,6 @@
 // Package ratelimit holds the per-user and per-source rate limits of the
-// routes bots go for (purchase admission, withdrawal creation). The counting
+// routes bots go for (purchase admission, withdrawal creation, the reads
+// and changes of a caller's own records). The counting
 // is github.com/go-redis/redis_rate's GCRA in Redis, so every container of
 // every function shares one budget per caller; this package adds the
 // configuration, the key names and the counters operators see.
@@ -19,6 +20,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hourglass/hourglass/shared/clock"
 )
 
 // Family is a group of routes that share a budget.
@@ -33,10 +36,16 @@ const (
 	// Webhook: POST /v1/webhooks/payouts, per source only (the caller is
 	// the payout provider, authenticated by its signature).
 	Webhook Family = "webhook"
+	// Read: the routes on a caller's own records, GET /v1/withdrawals (up
+	// to 100 a page), GET, PATCH and DELETE /v1/withdrawals/{id}, and GET
+	// /v1/seckill/items/{item_id}/purchases/me: cheap one by one, but one
+	// token holder looping on them can fill a route and take the
+	// concurrency the poller and the consumer need.
+	Read Family = "read"
 )
 
 // Families lists every family, in a stable order.
-var Families = []Family{Purchase, Withdrawal, Webhook}
+var Families = []Family{Purchase, Withdrawal, Webhook, Read}
 
 // Limit is a rate: Rate events per Period with bursts up to Burst. The zero
 // Limit is off.
@@ -85,7 +94,7 @@ type Limiter struct {
 	prefix string
 	rules  map[Family]Rule
 	counts map[Family]*counters
-	now    func() time.Time
+	clock  clock.Clock
 	// refused remembers, per budget key, until when Redis said it is spent:
 	// GCRA allows nothing before its retry time (a refusal changes nothing,
 	// other containers only push it later), so until then a bot's requests
@@ -99,14 +108,19 @@ type Limiter struct {
 const maxRemembered = 100_000
 
 // New returns a Limiter over rdb whose keys start with prefix (the
-// HOURGLASS_REDIS_PREFIX). Families without a rule are not limited.
-func New(rdb redis.Scripter, prefix string, rules map[Family]Rule) *Limiter {
+// HOURGLASS_REDIS_PREFIX). Families without a rule are not limited. clk
+// (nil: the system clock) is the time a refusal is remembered by; the
+// budgets themselves count in Redis's time, which every container shares.
+func New(rdb redis.Scripter, prefix string, rules map[Family]Rule, clk clock.Clock) *Limiter {
+	if clk == nil {
+		clk = clock.System{}
+	}
 	l := &Limiter{
 		lim:    redis_rate.NewLimiter(keyspace{rdb}),
 		prefix: prefix,
 		rules:  make(map[Family]Rule, len(rules)),
 		counts: make(map[Family]*counters, len(Families)),
-		now:    time.Now,
+		clock:  clk,
 		// refused starts empty; see remembered.
 		refused: map[string]time.Time{},
 	}
@@ -165,7 +179,7 @@ func (l *Limiter) Allow(ctx context.Context, family Family, user, source string)
 
 // take takes one event from the budget key, unless it is known spent.
 func (l *Limiter) take(ctx context.Context, key string, limit Limit, by By) (Decision, error) {
-	now := l.now()
+	now := l.clock.Now()
 	l.mu.Lock()
 	until, known := l.refused[key]
 	l.mu.Unlock()

@@ -87,7 +87,7 @@ func TestAllow(t *testing.T) {
 		l := ratelimit.New(b.Client, "hg:", map[ratelimit.Family]ratelimit.Rule{
 			ratelimit.Purchase: {User: ratelimit.Limit{Rate: 3, Burst: 3, Period: time.Minute},
 				Source: ratelimit.Limit{Rate: 5, Burst: 5, Period: time.Minute}},
-		})
+		}, nil)
 		allow := func(user, src string) ratelimit.Decision {
 			t.Helper()
 			d, err := l.Allow(ctx, ratelimit.Purchase, user, src)
@@ -143,6 +143,7 @@ func TestAllow(t *testing.T) {
 			ratelimit.Purchase:   {PerUser: "3/m", PerSource: "5/m", RefusedUser: 1, RefusedSource: 1},
 			ratelimit.Withdrawal: {PerUser: "off", PerSource: "off"},
 			ratelimit.Webhook:    {PerUser: "off", PerSource: "off"},
+			ratelimit.Read:       {PerUser: "off", PerSource: "off"},
 		}
 		if diff := cmp.Diff(want, l.Stats()); diff != "" {
 			t.Errorf("stats (-want +got):\n%s", diff)
@@ -155,7 +156,7 @@ func TestAllow(t *testing.T) {
 func TestOffNeedsNoRedis(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	_ = rdb.Close()
-	l := ratelimit.New(rdb, "hg:", map[ratelimit.Family]ratelimit.Rule{ratelimit.Purchase: {}})
+	l := ratelimit.New(rdb, "hg:", map[ratelimit.Family]ratelimit.Rule{ratelimit.Purchase: {}}, nil)
 	var nilLimiter *ratelimit.Limiter
 	for _, lim := range []*ratelimit.Limiter{l, nilLimiter} {
 		d, err := lim.Allow(context.Background(), ratelimit.Purchase, "u", "203.0.113.7")
@@ -172,7 +173,7 @@ func TestErrorFailsOpen(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	l := ratelimit.New(rdb, "hg:", map[ratelimit.Family]ratelimit.Rule{
 		ratelimit.Withdrawal: {User: ratelimit.Limit{Rate: 1, Burst: 1, Period: time.Second}},
-	})
+	}, nil)
 	d, err := l.Allow(context.Background(), ratelimit.Withdrawal, "u", "203.0.113.7")
 	if err == nil || !d.Allowed {
 		t.Fatalf("unreachable Redis: %+v %v, want allowed with an error", d, err)
@@ -206,7 +207,7 @@ func TestRefusalsAreRemembered(t *testing.T) {
 	rdb.AddHook(&hook)
 	l := ratelimit.New(rdb, "hg:", map[ratelimit.Family]ratelimit.Rule{
 		ratelimit.Purchase: {User: mustParse(t, "1/300ms")},
-	})
+	}, nil)
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, ratelimit.Purchase, "bot", ""); err != nil || !d.Allowed {
 		t.Fatalf("first: %+v %v", d, err)

@@ -44,9 +44,9 @@ type eventSale struct {
 	refuse    map[string]bool // users whose events the channel refuses
 }
 
-func newEventSale(t *testing.T, b orderBackend) *eventSale {
+func newEventSale(t *testing.T, b orderBackend, opts ...seckill.StoreOption) *eventSale {
 	t.Helper()
-	s := &eventSale{t: t, b: b, clk: clock.NewFake(t0), store: seckill.NewStore(b.rdb, "hg:"), refuse: map[string]bool{}}
+	s := &eventSale{t: t, b: b, clk: clock.NewFake(t0), store: seckill.NewStore(b.rdb, "hg:", opts...), refuse: map[string]bool{}}
 	s.svc = newService(t, s.store, s.clk)
 	l := b.ledger()
 	s.proc = seckill.NewOrderProcessor(s.store, l, s.clk, quiet)

@@ -54,12 +54,23 @@ func orderEvents() []struct {
 		return Payment{EventID: "ev_1", OrderID: "or_1", Succeeded: ok, Amount: decimal.RequireFromString(amount), Currency: "CNY", At: at}
 	}
 	before, after := orderPayBy.Add(-time.Second), orderPayBy
+	// signed is a succeeded payment signed at signedAt, arriving at at,
+	// judged with the 5-minute grace.
+	signed := func(signedAt, at time.Time) Payment {
+		p := pay(true, "99", at)
+		p.SignedAt, p.Grace = signedAt, 5*time.Minute
+		return p
+	}
 	return []struct {
 		name string
 		e    OrderEvent
 	}{
 		{"payment succeeded before pay-by", pay(true, "99", before)},
 		{"payment succeeded at pay-by", pay(true, "99", after)},
+		{"payment signed before pay-by, arriving within the grace", signed(before, after.Add(2*time.Minute))},
+		{"payment signed at pay-by, arriving later", signed(after, after.Add(time.Minute))},
+		{"payment signed before pay-by, arriving past the grace", signed(before, before.Add(5*time.Minute+time.Second))},
+		{"payment signed in the future, arriving before pay-by", signed(after.Add(time.Minute), before)},
 		{"payment failed", pay(false, "99", before)},
 		{"payment of another amount", pay(true, "98.99", before)},
 		{"expire before pay-by", Expire{Now: before}},
@@ -93,30 +104,47 @@ func renderOrder(d OrderDecision) string {
 }
 
 var wantOrderTransitions = map[[2]string]string{
-	{"no payment window", "payment succeeded before pay-by"}: "refused: no order to pay or expire",
-	{"no payment window", "payment succeeded at pay-by"}:     "refused: no order to pay or expire",
-	{"no payment window", "payment failed"}:                  "refused: no order to pay or expire",
-	{"no payment window", "payment of another amount"}:       "refused: no order to pay or expire",
-	{"no payment window", "expire before pay-by"}:            "refused: no order to pay or expire",
-	{"no payment window", "expire at pay-by"}:                "refused: no order to pay or expire",
-	{"awaiting payment", "payment succeeded before pay-by"}:  "payment paid; ends paid",
-	{"awaiting payment", "payment succeeded at pay-by"}:      "payment refund; ends expired",
-	{"awaiting payment", "payment failed"}:                   "payment failed; stays awaiting payment",
-	{"awaiting payment", "payment of another amount"}:        "payment mismatch; stays awaiting payment",
-	{"awaiting payment", "expire before pay-by"}:             "refused: not due",
-	{"awaiting payment", "expire at pay-by"}:                 "ends expired",
-	{"paid", "payment succeeded before pay-by"}:              "payment refund; stays paid",
-	{"paid", "payment succeeded at pay-by"}:                  "payment refund; stays paid",
-	{"paid", "payment failed"}:                               "payment failed; stays paid",
-	{"paid", "payment of another amount"}:                    "payment mismatch; stays paid",
-	{"paid", "expire before pay-by"}:                         "stays paid",
-	{"paid", "expire at pay-by"}:                             "stays paid",
-	{"expired", "payment succeeded before pay-by"}:           "payment refund; stays expired",
-	{"expired", "payment succeeded at pay-by"}:               "payment refund; stays expired",
-	{"expired", "payment failed"}:                            "payment failed; stays expired",
-	{"expired", "payment of another amount"}:                 "payment mismatch; stays expired",
-	{"expired", "expire before pay-by"}:                      "stays expired",
-	{"expired", "expire at pay-by"}:                          "stays expired",
+	{"no payment window", "payment succeeded before pay-by"}:                         "refused: no order to pay or expire",
+	{"no payment window", "payment succeeded at pay-by"}:                             "refused: no order to pay or expire",
+	{"no payment window", "payment signed before pay-by, arriving within the grace"}: "refused: no order to pay or expire",
+	{"no payment window", "payment signed at pay-by, arriving later"}:                "refused: no order to pay or expire",
+	{"no payment window", "payment signed before pay-by, arriving past the grace"}:   "refused: no order to pay or expire",
+	{"no payment window", "payment signed in the future, arriving before pay-by"}:    "refused: no order to pay or expire",
+	{"no payment window", "payment failed"}:                                          "refused: no order to pay or expire",
+	{"no payment window", "payment of another amount"}:                               "refused: no order to pay or expire",
+	{"no payment window", "expire before pay-by"}:                                    "refused: no order to pay or expire",
+	{"no payment window", "expire at pay-by"}:                                        "refused: no order to pay or expire",
+	{"awaiting payment", "payment succeeded before pay-by"}:                          "payment paid; ends paid",
+	{"awaiting payment", "payment succeeded at pay-by"}:                              "payment refund; ends expired",
+	// Judged by the signed time within the grace, else by the arrival.
+	{"awaiting payment", "payment signed before pay-by, arriving within the grace"}: "payment paid; ends paid",
+	{"awaiting payment", "payment signed at pay-by, arriving later"}:                "payment refund; ends expired",
+	{"awaiting payment", "payment signed before pay-by, arriving past the grace"}:   "payment refund; ends expired",
+	{"awaiting payment", "payment signed in the future, arriving before pay-by"}:    "payment paid; ends paid",
+	{"awaiting payment", "payment failed"}:                                          "payment failed; stays awaiting payment",
+	{"awaiting payment", "payment of another amount"}:                               "payment mismatch; stays awaiting payment",
+	{"awaiting payment", "expire before pay-by"}:                                    "refused: not due",
+	{"awaiting payment", "expire at pay-by"}:                                        "ends expired",
+	{"paid", "payment succeeded before pay-by"}:                                     "payment refund; stays paid",
+	{"paid", "payment succeeded at pay-by"}:                                         "payment refund; stays paid",
+	{"paid", "payment signed before pay-by, arriving within the grace"}:             "payment refund; stays paid",
+	{"paid", "payment signed at pay-by, arriving later"}:                            "payment refund; stays paid",
+	{"paid", "payment signed before pay-by, arriving past the grace"}:               "payment refund; stays paid",
+	{"paid", "payment signed in the future, arriving before pay-by"}:                "payment refund; stays paid",
+	{"paid", "payment failed"}:                                                      "payment failed; stays paid",
+	{"paid", "payment of another amount"}:                                           "payment mismatch; stays paid",
+	{"paid", "expire before pay-by"}:                                                "stays paid",
+	{"paid", "expire at pay-by"}:                                                    "stays paid",
+	{"expired", "payment succeeded before pay-by"}:                                  "payment refund; stays expired",
+	{"expired", "payment succeeded at pay-by"}:                                      "payment refund; stays expired",
+	{"expired", "payment signed before pay-by, arriving within the grace"}:          "payment refund; stays expired",
+	{"expired", "payment signed at pay-by, arriving later"}:                         "payment refund; stays expired",
+	{"expired", "payment signed before pay-by, arriving past the grace"}:            "payment refund; stays expired",
+	{"expired", "payment signed in the future, arriving before pay-by"}:             "payment refund; stays expired",
+	{"expired", "payment failed"}:                                                   "payment failed; stays expired",
+	{"expired", "payment of another amount"}:                                        "payment mismatch; stays expired",
+	{"expired", "expire before pay-by"}:                                             "stays expired",
+	{"expired", "expire at pay-by"}:                                                 "stays expired",
 }
 
 func TestEveryOrderTransition(t *testing.T) {

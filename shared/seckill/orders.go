@@ -56,9 +56,26 @@ type Payment struct {
 	Succeeded bool
 	Amount    decimal.Decimal
 	Currency  string
-	// At is when the report arrived: before the order's pay-by time, a
-	// succeeded payment pays it; at or after, it expires it.
+	// At is when the report arrived. A succeeded payment made before the
+	// order's pay-by time (PaidAt) pays it; at or after, it expires it.
 	At time.Time
+	// SignedAt is when the provider signed the report (its signature's
+	// timestamp), zero if unknown; Grace is how long before At it may lie
+	// and still count (the store's payment grace).
+	SignedAt time.Time
+	Grace    time.Duration
+}
+
+// PaidAt is the time the payment is judged by against its order's pay-by
+// time: the provider's signed time when it lies within Grace before the
+// arrival (a confirmation held up on its way, by the provider's retries or
+// a throttled edge, is not the buyer's fault), else the arrival: no signed
+// time, one in the future (clocks apart), or one older than the grace.
+func (p Payment) PaidAt() time.Time {
+	if p.SignedAt.IsZero() || p.SignedAt.After(p.At) || p.At.Sub(p.SignedAt) > p.Grace {
+		return p.At
+	}
+	return p.SignedAt
 }
 
 // PaymentOutcome is what a payment event did to its order.
@@ -97,7 +114,7 @@ func DecidePayment(o Order, p Payment) (PaymentOutcome, OrderEnd) {
 		return OutcomeFailed, o.End
 	case o.End != EndNone:
 		return OutcomeRefund, o.End
-	case p.At.Before(o.PayBy):
+	case p.PaidAt().Before(o.PayBy):
 		return OutcomePaid, EndPaid
 	}
 	return OutcomeRefund, EndExpired // it came too late: the order expired
@@ -283,8 +300,9 @@ func (p *OrderProcessor) count(status PurchaseStatus, done bool) {
 	}
 }
 
-// expire runs expiry job jobID: at the order's pay-by time (never before: a
-// job claimed early is put back at it), the ledger decides the order's end
+// expire runs expiry job jobID: at the order's pay-by time and the store's
+// payment grace after it (never before: a job claimed early is put back at
+// it), the ledger decides the order's end
 // (expired, unless a payment came first), and the purchase follows it.
 func (p *OrderProcessor) expire(ctx context.Context, item string, shard int, jobID string) error {
 	err := p.expireJob(ctx, item, shard, jobID)
@@ -316,9 +334,12 @@ func (p *OrderProcessor) expireJob(ctx context.Context, item string, shard int, 
 		return nil // paid (or never awaiting payment)
 	}
 	now := p.clock.Now()
-	if now.Before(pur.PayBy) {
-		log.Info("early expiry job put back at its pay-by time", "pay_by", clock.Format(pur.PayBy))
-		return p.store.putBack(ctx, item, shard, jobID, pur.PayBy)
+	// Not before the grace after the pay-by time has run out: till then a
+	// payment signed in time may still be on its way.
+	if expireAt := pur.PayBy.Add(p.store.grace); now.Before(expireAt) {
+		log.Info("early expiry job put back at its pay-by time and grace", "pay_by", clock.Format(pur.PayBy),
+			"expire_at", clock.Format(expireAt))
+		return p.store.putBack(ctx, item, shard, jobID, expireAt)
 	}
 	o := orderOf(pur, pur.UpdatedAt)
 	o.PayBy = pur.PayBy
@@ -330,7 +351,7 @@ func (p *OrderProcessor) expireJob(ctx context.Context, item string, shard int, 
 		if ferr != nil {
 			return ferr
 		}
-		return p.store.putBack(ctx, item, shard, jobID, held.PayBy)
+		return p.store.putBack(ctx, item, shard, jobID, held.PayBy.Add(p.store.grace))
 	}
 	if err != nil {
 		return fmt.Errorf("seckill: expire order %s: %w", o.ID, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/metrics"
 	"github.com/hourglass/hourglass/shared/orders"
 	"github.com/hourglass/hourglass/shared/validation"
@@ -71,13 +72,16 @@ func statusOf(end OrderEnd) PurchaseStatus {
 // was paid already is acknowledged with RefundRequired and a
 // payment.refund_required event. A replay answers as the first time and
 // finishes what a first run cut short (the ledger written, Redis not).
+// The payment is judged by its PaidAt: the provider's signed time
+// (pay.SignedAt, set by the caller that checked the signature) within the
+// store's payment grace before its arrival, else its arrival.
 // ErrNoOrder for an unknown order; ErrPaymentMismatch when the amount or
 // currency is not the order's.
 func (p *OrderProcessor) Pay(ctx context.Context, pay Payment) (PaymentAnswer, error) {
 	if err := CheckPayment(pay); err != nil {
 		return PaymentAnswer{}, err
 	}
-	pay.At = p.clock.Now().UTC()
+	pay.At, pay.Grace = p.clock.Now().UTC(), p.store.grace
 	o, res, err := p.ledger.SettlePayment(ctx, pay)
 	if err != nil {
 		return PaymentAnswer{}, err
@@ -118,7 +122,8 @@ func (p *OrderProcessor) Pay(ctx context.Context, pay Payment) (PaymentAnswer, e
 		}
 	}
 	if !res.Replayed {
-		log.Info("payment applied", "result", res.Outcome, "status", ans.Status)
+		log.Info("payment applied", "result", res.Outcome, "status", ans.Status,
+			"arrived_at", clock.Format(pay.At), "judged_at", clock.Format(pay.PaidAt()))
 	}
 	return ans, nil
 }

@@ -65,6 +65,10 @@ type Store struct {
 	prefix string
 	// eventShards is the shard count of the events queue.
 	eventShards int
+	// grace is how long after its pay-by time an order still takes a
+	// payment signed before it (see Payment.PaidAt): its expiry waits that
+	// long.
+	grace time.Duration
 	// keyCache holds the key names of item shards seen, so the admission
 	// path does not build them again for every purchase.
 	keyCache sync.Map // shardRef -> shardKeys
@@ -81,6 +85,16 @@ type StoreOption func(*Store)
 // WithEventShards splits the events queue over n shards (default 1). Like
 // any queue's, the count must not shrink while jobs wait in its shards.
 func WithEventShards(n int) StoreOption { return func(s *Store) { s.eventShards = max(n, 1) } }
+
+// WithPaymentGrace lets a payment signed by the provider before its order's
+// pay-by time, and arriving within d of being signed, pay the order (see
+// Payment.PaidAt); an unpaid order then expires d after its pay-by time,
+// not at it, so that such a payment finds it still open. 0 (the default)
+// judges every payment by its arrival.
+func WithPaymentGrace(d time.Duration) StoreOption { return func(s *Store) { s.grace = max(d, 0) } }
+
+// PaymentGrace is the store's grace (WithPaymentGrace).
+func (s *Store) PaymentGrace() time.Duration { return s.grace }
 
 // NewStore returns the Store on rdb with key prefix (default "hg:").
 func NewStore(rdb redis.Cmdable, prefix string, opts ...StoreOption) *Store {
@@ -503,11 +517,13 @@ func (s *Store) settleOrder(ctx context.Context, item string, n int, j orderJob,
 	if to != Released {
 		event = eventJob{typ: orders.Created, at: now, amount: o.Amount, currency: o.Currency, job: j}.String()
 	}
+	expireAt := ""
 	if to == AwaitingPayment {
 		payBy, expiry = strconv.FormatInt(o.PayBy.UnixMilli(), 10), expiryJob(j)
+		expireAt = strconv.FormatInt(o.PayBy.Add(s.grace).UnixMilli(), 10)
 	}
 	res, err := settleOrderScript.Run(ctx, s.rdb, []string{k.Meta, k.Purchases, k.Users, k.Due},
-		j.pid, string(to), o.ID, now.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n, payBy, expiry, event).Slice()
+		j.pid, string(to), o.ID, now.UnixMilli(), j.user, j.qty, j.created().UnixMilli(), n, payBy, expiry, event, expireAt).Slice()
 	if err != nil {
 		return Purchase{}, false, fmt.Errorf("seckill: %s purchase %s: %w", to, j.pid, err)
 	}

@@ -79,6 +79,18 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 	return nil
 }
 
+// SignedAt is the time header says it was signed at (its t). It means
+// something only of a header Verify accepted, which bounds it by the
+// tolerance.
+func SignedAt(header string) (time.Time, error) {
+	ts, _, err := parse(header)
+	if err != nil {
+		return time.Time{}, err
+	}
+	sec, _ := strconv.ParseInt(ts, 10, 64) // parse checked it
+	return time.Unix(sec, 0).UTC(), nil
+}
+
 func mac(secret []byte, ts string, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(ts))

@@ -195,3 +195,18 @@ func TestVerifyFarTimestamps(t *testing.T) {
 		t.Fatalf("Verify(Sign(now+maxDuration)) = %v, want ErrTimestamp", err)
 	}
 }
+
+// TestSignedAt: the time a header says it was signed at, to the second;
+// a header that is not one is an error.
+func TestSignedAt(t *testing.T) {
+	at := time.Date(2026, 12, 3, 10, 0, 0, 999_000_000, time.UTC)
+	got, err := signature.SignedAt(signature.Sign([]byte("k"), at, []byte("{}")))
+	if err != nil || !got.Equal(at.Truncate(time.Second)) {
+		t.Fatalf("SignedAt = %s, %v; want %s", got, err, at.Truncate(time.Second))
+	}
+	for _, bad := range []string{"", "t=abc,v1=00", "v1=" + strings.Repeat("0", 64)} {
+		if _, err := signature.SignedAt(bad); err == nil {
+			t.Errorf("SignedAt(%q) = nil error", bad)
+		}
+	}
+}

@@ -5,6 +5,7 @@ package validation
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -68,6 +69,12 @@ func (e *Error) Object(body []byte, known map[string]bool, emptyOK bool) map[str
 		e.Add("body", "must hold one JSON object and nothing after it")
 		return nil
 	}
+	// A key given twice is refused, not settled by its last value: of a
+	// signed body, the sender and a reader that keeps the first value
+	// would disagree on what was signed.
+	for _, k := range duplicates(body, len(raw)) {
+		e.Add(cmp.Or(k, "body"), "is given more than once")
+	}
 	var unknown []string
 	for k := range raw {
 		if !known[k] {
@@ -81,9 +88,83 @@ func (e *Error) Object(body []byte, known map[string]bool, emptyOK bool) map[str
 			e.Add("body", "holds a field with an empty name")
 			continue
 		}
+		if name, ok := foldedName(k, known); ok {
+			e.Add(k, "unknown field: field names are case-sensitive (%s)", name)
+			continue
+		}
 		e.Add(k, "unknown field")
 	}
 	return raw
+}
+
+// foldedName is the known field k spells in another case, if any.
+func foldedName(k string, known map[string]bool) (string, bool) {
+	for name := range known {
+		if strings.EqualFold(name, k) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// duplicates lists, sorted, the keys given more than once in body, one
+// valid JSON object that decoded into a map of n keys. It costs one scan
+// without allocation when there are none: the object has as many members
+// as colons at its own depth outside strings.
+func duplicates(body []byte, n int) []string {
+	members, depth, inString, escaped := 0, 0, false, false
+	for _, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		case c == ':' && depth == 1:
+			members++
+		}
+	}
+	if members <= n {
+		return nil
+	}
+	// The rare case: name them, by the keys as the map holds them
+	// (unescaped), so that "st\u0061tus" counts as "status".
+	dec := json.NewDecoder(bytes.NewReader(body))
+	seen, dup := map[string]bool{}, map[string]bool{}
+	if _, err := dec.Token(); err != nil { // {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			dup[k] = true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	out := make([]string, 0, len(dup))
+	for k := range dup {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // String reads a required string field.
@@ -99,6 +180,16 @@ func (e *Error) String(raw map[string]json.RawMessage, name string) (string, boo
 		return "", false
 	}
 	return s, true
+}
+
+// OptionalString reads a string field that may be absent or null (then
+// ""); ok is false when it is something else (and then e says so).
+func (e *Error) OptionalString(raw map[string]json.RawMessage, name string) (string, bool) {
+	v, ok := raw[name]
+	if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		return "", true
+	}
+	return e.String(raw, name)
 }
 
 // Int reads an integer field within lo..hi; an absent one is def, unless

@@ -2,7 +2,7 @@
 -- released with its stock given back to the shard, or, for an item with a
 -- payment window, awaiting_payment with its order id and pay-by time (the
 -- record's order field is "<order id>@<pay by ms>"), its expiry job
--- scheduled at the pay-by time. The order's order.created event job (the
+-- scheduled at the pay-by time plus the payment grace (ARGV[12]). The order's order.created event job (the
 -- outbox, ARGV[11]) is enqueued, due now, in the same step.
 --
 -- A purchase made on its buyer's home shard has no record while reserved:
@@ -24,6 +24,7 @@
 -- ARGV[9] -> pay by, unix ms ("" unless awaiting_payment)
 -- ARGV[10] -> the expiry job ("" unless awaiting_payment)
 -- ARGV[11] -> the event job ("" for none)
+-- ARGV[12] -> when the expiry job is due, unix ms ("" unless awaiting_payment)
 --
 -- Returns {code, record}: 0 no such purchase (the item was re-preheated);
 -- 1 done now; 2 it had ended already (record as it stands).
@@ -58,7 +59,7 @@ if ARGV[2] == 'confirmed' then
   redis.call('HINCRBY', KEYS[1], 'confirmed', qty)
 elseif ARGV[2] == 'awaiting_payment' then
   redis.call('HINCRBY', KEYS[1], 'awaiting', qty)
-  redis.call('ZADD', KEYS[4], ARGV[9], ARGV[10])
+  redis.call('ZADD', KEYS[4], ARGV[12], ARGV[10])
 else
   local version = redis.call('HGET', KEYS[1], 'version')
   if version then

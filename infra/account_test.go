@@ -832,7 +832,7 @@ func TestSecretSettings(t *testing.T) {
 		v  string
 		ok bool
 	}{
-		{"hourglass/payout-signing-secret", true},
+		{"hourglass/a-secret-of-its-own", true},
 		{"arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/payout-AbC123", true},
 		{"arn:aws-cn:secretsmanager:cn-north-1:123456789012:secret:payout-AbC123", true},
 		// A partial ARN: Secrets Manager might read it either way.
@@ -859,6 +859,24 @@ func TestSecretSettings(t *testing.T) {
 		return nil
 	}); err == nil || !strings.Contains(err.Error(), ctxFinanceWebhookURL) {
 		t.Errorf("a clear-text finance webhook: %v", err)
+	}
+	// One secret per channel: the same secret for two channels is refused,
+	// finance's and the order events' only when their webhooks use them.
+	for _, tt := range []struct {
+		ctx  map[string]any
+		want string // "" for no error
+	}{
+		{map[string]any{ctxWebhookSecretName: "hourglass/payout-signing-secret"}, ctxWebhookSecretName},
+		{map[string]any{ctxPaymentsSecretName: "hourglass/payout-webhook"}, ctxPaymentsSecretName},
+		{map[string]any{ctxFinanceSecretName: "hourglass/payments-webhook"}, ""},
+		{map[string]any{ctxFinanceSecretName: "hourglass/payments-webhook", ctxFinanceWebhookURL: "https://f.example.org/h"}, ctxFinanceSecretName},
+		{map[string]any{ctxOrdersSecretName: "shared", ctxFinanceSecretName: "shared",
+			ctxOrdersWebhookURL: "https://o.example.org/h", ctxFinanceWebhookURL: "https://f.example.org/h"}, ctxOrdersSecretName},
+	} {
+		_, err := SettingsFrom(func(k string) any { return tt.ctx[k] })
+		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want+": names the same secret")) {
+			t.Errorf("%v: %v, want an error on %q", tt.ctx, err, tt.want)
+		}
 	}
 }
 

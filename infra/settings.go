@@ -304,6 +304,28 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 			errs = append(errs, fmt.Errorf("context %s: %q is neither a Secrets Manager secret name nor a complete secret ARN", n.key, n.v))
 		}
 	}
+	// One secret per channel: a key that signs payouts and also verifies
+	// the provider's callbacks (or confirms payments) lets whoever holds
+	// it for one forge the other. Each function checks its own secrets at
+	// cold start; only the stack sees them all.
+	used := []struct{ key, v string }{
+		{ctxPayoutSecretName, s.PayoutSecretName}, {ctxWebhookSecretName, s.PayoutWebhookSecretName},
+		{ctxPaymentsSecretName, s.PaymentsSecretName},
+	}
+	if s.FinanceWebhookURL != "" {
+		used = append(used, struct{ key, v string }{ctxFinanceSecretName, s.FinanceSecretName})
+	}
+	if s.OrdersWebhookURL != "" {
+		used = append(used, struct{ key, v string }{ctxOrdersSecretName, s.OrdersSecretName})
+	}
+	for i, a := range used {
+		for _, b := range used[:i] {
+			if a.v == b.v {
+				errs = append(errs, fmt.Errorf("context %s: names the same secret as %s (%q): give each channel a secret of its own",
+					a.key, b.key, a.v))
+			}
+		}
+	}
 	if d, err := time.ParseDuration(s.PayoutIdempotencyWindow); err != nil || d <= 0 {
 		errs = append(errs, fmt.Errorf("context %s: %q is not a positive duration (24h)", ctxIdempotencyWindow, s.PayoutIdempotencyWindow))
 	}

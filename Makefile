@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
-FUNCTIONS := enqueue seckill poller consumer
+FUNCTIONS := enqueue seckill poller consumer operator
 # Lambda runs the functions on provided.al2023, arm64.
 LAMBDA_ARCH ?= arm64
 # The CDK CLI, pinned and installed into .cdk/ by make deploy (never globally).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -24,9 +25,22 @@ const (
 )
 
 // Run executes the command line args (without the program name) and
-// returns the exit code: 0 success, 1 the command failed, 2 usage.
+// returns the exit code: 0 success, 1 the command failed, 2 usage. With a
+// leading --remote <ApiUrl>, or HOURGLASS_REMOTE set, an operator command
+// runs in the deployed stack's operator function instead.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return run(ctx, args, stdin, stdout, stderr)
+	target, rest, err := remoteTarget(args, os.Getenv(remoteEnv))
+	if err == nil && target != "" {
+		var r *remote
+		if r, err = newRemote(ctx, target); err == nil {
+			return r.run(ctx, rest, stdout, stderr)
+		}
+	}
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "hourglass:", err)
+		return exitUsage
+	}
+	return run(ctx, rest, stdin, stdout, stderr)
 }
 
 // run executes the command line args and returns the exit code.
@@ -62,7 +76,12 @@ the payouts only an operator can settle (payouts).
 The operator commands talk to Redis directly: they read REDIS_URL (required),
 HOURGLASS_REDIS_PREFIX, HOURGLASS_QUEUE_SHARDS and the ledger settings
 (HOURGLASS_LEDGER, DYNAMODB_ENDPOINT, the table names) from the environment,
-as serve and the Lambda functions do.
+as serve and the Lambda functions do. In AWS, where Redis is inside the VPC,
+an operator command (payouts unresolved|resolve, reconcile, stats, dead, peek)
+runs in the stack's operator function instead: put --remote <ApiUrl> first
+(or set HOURGLASS_REMOTE=<ApiUrl>); the call is signed with your AWS
+credentials (SigV4) and must come from one of the stack's operator roles.
+See docs/operations.md#running-operator-commands-in-aws.
 
 Exit status:
   0  success

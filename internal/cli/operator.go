@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -110,11 +111,11 @@ func (o Operator) run(ctx context.Context, r *httpapi.Request) (events.APIGatewa
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
 	if !OperatorCommand(req.Args) {
-		// Only the command's first word is logged: the rest of a command
-		// that is not ours (sign, serve) might carry what must not be.
+		// Only the command's name is logged: the rest of a command that is
+		// not ours (sign --secret ...) might carry what must not be.
 		o.Log.LogAttrs(ctx, slog.LevelInfo, "operator command refused",
 			slog.String("caller", caller), slog.String("request_id", r.Event.RequestContext.RequestID),
-			slog.String("command", req.Args[0]))
+			slog.String("command", commandName(req.Args[0])))
 		return events.APIGatewayV2HTTPResponse{}, httpapi.NewProblem(http.StatusBadRequest, httpapi.CodeNotOperatorCommand,
 			fmt.Sprintf("%q is not an operator command; the operator function runs %s", strings.Join(req.Args, " "), operatorCommandList))
 	}
@@ -127,6 +128,17 @@ func (o Operator) run(ctx context.Context, r *httpapi.Request) (events.APIGatewa
 		slog.Any("args", req.Args), slog.Int("exit_code", code),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 	return httpapi.JSON(http.StatusOK, OperatorResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String()})
+}
+
+// commandWord is what a command's name looks like; anything else (a flag,
+// a value) is not logged.
+var commandWord = regexp.MustCompile(`^[a-z][a-z-]{0,31}$`)
+
+func commandName(word string) string {
+	if commandWord.MatchString(word) {
+		return word
+	}
+	return "(not a command name)"
 }
 
 // callerOf is the IAM identity API Gateway authorized (the router has

@@ -193,6 +193,7 @@ func TestOperatorFunctionRefuses(t *testing.T) {
 	}{
 		{"serve", `{"args":["serve"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"sign", `{"args":["sign","--secret","s3cr3t-value"]}`, 400, httpapi.CodeNotOperatorCommand},
+		{"a secret first", `{"args":["--secret=s3cr3t-value","sign"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"preheat", `{"args":["preheat","phone","--stock","1"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"withdrawals", `{"args":["withdrawals","show","w1"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"help", `{"args":["help"]}`, 400, httpapi.CodeNotOperatorCommand},

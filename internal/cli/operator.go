@@ -52,15 +52,27 @@ var operatorCommands = map[string][]string{
 // OperatorCommand reports whether args (a command line without the program
 // name) is one of the operator commands: its first word one of them and,
 // for a command with subcommands, its second word one of those.
-func OperatorCommand(args []string) bool {
+func OperatorCommand(args []string) bool { return operatorRefusal(args) == "" }
+
+// operatorRefusal says why args is not a command the operator function
+// runs, or "" when it is one.
+func operatorRefusal(args []string) string {
+	notOurs := fmt.Sprintf("%q is not an operator command; the operator function runs %s",
+		strings.Join(args, " "), operatorCommandList)
 	if len(args) == 0 {
-		return false
+		return notOurs
 	}
 	subs, ok := operatorCommands[args[0]]
-	if !ok {
-		return false
+	if !ok || (subs != nil && (len(args) < 2 || !slices.Contains(subs, args[1]))) {
+		return notOurs
 	}
-	return subs == nil || (len(args) > 1 && slices.Contains(subs, args[1]))
+	for _, a := range args {
+		if a == "--watch" || strings.HasPrefix(a, "--watch=") {
+			// It would redraw into a buffer until the deadline.
+			return "stats --watch redraws a terminal until Ctrl-C, which a remote call has not: run stats again instead"
+		}
+	}
+	return ""
 }
 
 // operatorCommandList names the operator commands, for refusals.
@@ -110,14 +122,13 @@ func (o Operator) run(ctx context.Context, r *httpapi.Request) (events.APIGatewa
 			slog.String("reason", "bad request"))
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
-	if !OperatorCommand(req.Args) {
+	if why := operatorRefusal(req.Args); why != "" {
 		// Only the command's name is logged: the rest of a command that is
 		// not ours (sign --secret ...) might carry what must not be.
 		o.Log.LogAttrs(ctx, slog.LevelInfo, "operator command refused",
 			slog.String("caller", caller), slog.String("request_id", r.Event.RequestContext.RequestID),
 			slog.String("command", commandName(req.Args[0])))
-		return events.APIGatewayV2HTTPResponse{}, httpapi.NewProblem(http.StatusBadRequest, httpapi.CodeNotOperatorCommand,
-			fmt.Sprintf("%q is not an operator command; the operator function runs %s", strings.Join(req.Args, " "), operatorCommandList))
+		return events.APIGatewayV2HTTPResponse{}, httpapi.NewProblem(http.StatusBadRequest, httpapi.CodeNotOperatorCommand, why)
 	}
 	start := time.Now()
 	stdout, stderr := &capped{max: maxOperatorOutput}, &capped{max: maxOperatorOutput}

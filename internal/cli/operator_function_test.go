@@ -199,6 +199,7 @@ func TestOperatorFunctionRefuses(t *testing.T) {
 		{"help", `{"args":["help"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"payouts alone", `{"args":["payouts"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"a flag first", `{"args":["--remote","https://x","stats"]}`, 400, httpapi.CodeNotOperatorCommand},
+		{"stats --watch", `{"args":["stats","--watch"]}`, 400, httpapi.CodeNotOperatorCommand},
 		{"no args", `{"args":[]}`, 400, httpapi.CodeValidationFailed},
 		{"unknown field", `{"args":["stats"],"env":{"REDIS_URL":"x"}}`, 400, httpapi.CodeValidationFailed},
 		{"not an object", `["stats"]`, 400, httpapi.CodeValidationFailed},
@@ -316,6 +317,9 @@ func TestRemote(t *testing.T) {
 	// Refused here, before any call: not an operator command.
 	if _, errOut, code := cli("--remote", srv.URL, "serve"); code != exitUsage || !strings.Contains(errOut, "only the operator commands") {
 		t.Errorf("--remote serve: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := cli("--remote", srv.URL, "stats", "--watch=true"); code != exitUsage || !strings.Contains(errOut, "--watch") {
+		t.Errorf("--remote stats --watch: exit %d, %s", code, errOut)
 	}
 	if _, errOut, code := cli("--remote", "http://example.com", "stats"); code != exitUsage || !strings.Contains(errOut, "ApiUrl") {
 		t.Errorf("--remote http://: exit %d, %s", code, errOut)

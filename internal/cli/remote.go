@@ -51,8 +51,8 @@ func remoteTarget(args []string, env string) (target string, rest []string, err 
 		}
 		return "", args, nil
 	}
-	if !OperatorCommand(rest) {
-		return "", nil, usagef("--remote runs only the operator commands (%s), not %q", operatorCommandList, strings.Join(rest, " "))
+	if why := operatorRefusal(rest); why != "" {
+		return "", nil, usagef("--remote runs only the operator commands: %s", why)
 	}
 	return target, rest, nil
 }

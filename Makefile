@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
-FUNCTIONS := enqueue seckill poller consumer
+FUNCTIONS := enqueue seckill poller consumer operator
 # Lambda runs the functions on provided.al2023, arm64.
 LAMBDA_ARCH ?= arm64
 # The CDK CLI, pinned and installed into .cdk/ by make deploy (never globally).
@@ -26,7 +26,8 @@ EVENT   ?=
 TIMEOUT ?= 10
 # The operator role make invoke allows on the admin routes unless your
 # environment sets HOURGLASS_ADMIN_ROLE_ARNS: the role whose session the
-# admin fixtures (events/admin-stats.json, events/seckill-preheat.json) name.
+# admin fixtures (events/admin-stats.json, events/seckill-preheat.json,
+# events/admin-operator.json) name.
 INVOKE_ADMIN_ROLE ?= arn:aws:iam::123456789012:role/hourglass-operator
 
 # Fuzz targets, as package:Target; make test runs each for FUZZ_SHORT
@@ -116,7 +117,7 @@ check-model: node_modules/.bin/dynalite ## The model checkers (withdrawals on Re
 	  > bin/check-model.log 2>&1 || status=$$?; \
 	grep -E '^(model|--- FAIL|FAIL|ok)|failed after' bin/check-model.log; echo "the whole log: bin/check-model.log"; exit $$status
 
-e2e: rie ## Build the functions for this machine and run a withdrawal and a flash sale through them under the Lambda emulator
+e2e: rie ## Build the functions for this machine and run a withdrawal, a flash sale and the operator commands through them under the Lambda emulator
 	@$(call host_bootstraps,$(FUNCTIONS))
 	HOURGLASS_RIE=$(CURDIR)/$(RIE) HOURGLASS_BOOTSTRAPS=$(CURDIR)/bin/host \
 	  $(GO) test -count=1 -v -timeout 5m -run '^TestE2E$$' ./internal/e2e/

@@ -210,12 +210,14 @@ func TestEverySecretIsGrantedAsItIsAsked(t *testing.T) {
 		{"default", f.def, f.defMap, map[string][]string{
 			fnEnqueue: {"PAYMENTS_WEBHOOK_SECRET_ID", "PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
 			fnPoller: {"REDIS_AUTH_SECRET_ID"}, fnConsumer: {"PAYOUT_SIGNING_SECRET_ID", "REDIS_AUTH_SECRET_ID"},
+			fnOperator: {"REDIS_AUTH_SECRET_ID"},
 		}},
 		{"options", f.opt, f.optMap, map[string][]string{
 			fnEnqueue: {"PAYMENTS_WEBHOOK_SECRET_ID", "PAYOUT_WEBHOOK_SECRET_ID", "REDIS_AUTH_SECRET_ID"}, fnSeckill: {"REDIS_AUTH_SECRET_ID"},
 			fnPoller: {"REDIS_AUTH_SECRET_ID"},
 			fnConsumer: {"FINANCE_SIGNING_SECRET_ID", "ORDERS_SIGNING_SECRET_ID", "PAYOUT_SIGNING_SECRET_ID",
 				"REDIS_AUTH_SECRET_ID"},
+			fnOperator: {"REDIS_AUTH_SECRET_ID"},
 		}},
 		{"complete ARNs", f.acct, f.acctMap, nil},
 	} {
@@ -412,7 +414,7 @@ func TestEveryAlarmHasARunbookEntry(t *testing.T) {
 			switch {
 			case strings.HasPrefix(want, "redismemoryshard"):
 				want = "redismemoryalarm"
-			case slices.Contains([]string{"enqueueerrorsalarm", "seckillerrorsalarm", "pollererrorsalarm", "consumererrorsalarm"}, want):
+			case slices.Contains([]string{"enqueueerrorsalarm", "seckillerrorsalarm", "pollererrorsalarm", "consumererrorsalarm", "operatorerrorsalarm"}, want):
 				want = "functionerrorsalarm"
 			}
 			if m[1] != want {
@@ -773,7 +775,7 @@ func TestJWTAudienceIsRequired(t *testing.T) {
 
 func TestAdminRoleArns(t *testing.T) {
 	f := stacks(t)
-	adminFns := map[string]bool{fnEnqueue: true, fnSeckill: true}
+	adminFns := map[string]bool{fnEnqueue: true, fnSeckill: true, fnOperator: true}
 	for _, st := range []struct {
 		stack *HourglassStack
 		m     map[string]any

@@ -36,6 +36,9 @@ var (
 		"POST /v1/withdrawals":                       {rate: 200, burst: 400},
 		"PUT /v1/seckill/items/{item_id}":            {rate: 10, burst: 20},
 		"GET /v1/admin/stats":                        {rate: 10, burst: 20},
+		// A person at a terminal: a runaway script must not hammer Redis
+		// with reconciler passes.
+		"POST /v1/admin/operator": {rate: 2, burst: 5},
 		// The payout provider's callbacks: a provider retries in bursts;
 		// the function limits each source address further
 		// (HOURGLASS_RATE_WEBHOOK_SOURCE).
@@ -63,6 +66,7 @@ var routes = []route{
 	{awsapigatewayv2.HttpMethod_PATCH, "/v1/withdrawals/{id}", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_DELETE, "/v1/withdrawals/{id}", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_GET, "/v1/admin/stats", fnEnqueue, admin, ""},
+	{awsapigatewayv2.HttpMethod_POST, "/v1/admin/operator", fnOperator, admin, ""},
 	{awsapigatewayv2.HttpMethod_POST, "/v1/webhooks/payouts", fnEnqueue, public,
 		"the payout provider's callbacks, which carry no user identity: each is authenticated by its " +
 			"X-Hourglass-Signature (HMAC-SHA256 with PAYOUT_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source"},
@@ -111,7 +115,7 @@ func (s *HourglassStack) createApi() {
 		admin:  awsapigatewayv2authorizers.NewHttpIamAuthorizer(),
 	}
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
-	for _, name := range []string{fnEnqueue, fnSeckill} {
+	for _, name := range []string{fnEnqueue, fnSeckill, fnOperator} {
 		integrations[name] = awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(name+"Integration"),
 			s.invoked(name), &awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),

@@ -49,6 +49,10 @@ const (
 	reconcileGrace = maxReceiveCount*workVisibility + consumerBatchWindow
 	// apiTimeout bounds a request; API Gateway gives up at 30 s.
 	apiTimeout = 10 * time.Second
+	// operatorTimeout: an operator command gets 25 s (cli.OperatorDeadline),
+	// under API Gateway's 30 s, so it answers with what it printed; the
+	// rest is a cold start's (the Redis secret, the connection).
+	operatorTimeout = 30 * time.Second
 	// logRetention of the functions' logs.
 	logRetention = awslogs.RetentionDays_THREE_MONTHS
 )
@@ -180,6 +184,14 @@ func (s *HourglassStack) createFunctions() error {
 			description: "Runs due jobs: payouts through the provider, finance messages, flash-sale orders",
 			env:         consumerEnv,
 		},
+		{
+			// A handful of operators; no reservation: it must never take
+			// concurrency the API, the poller or the consumer need.
+			name: fnOperator, memoryMB: 512, timeout: operatorTimeout,
+			description: "Runs the runbooks' operator commands (payouts, reconcile, stats, dead, peek) for the operator roles",
+			// reconcile by hand gives SQS the poller's grace.
+			env: map[string]*string{"HOURGLASS_RECONCILE_GRACE": jsii.String(reconcileGrace.String())},
+		},
 	}
 	admins := adminFunctions()
 	for i := range specs {
@@ -189,7 +201,8 @@ func (s *HourglassStack) createFunctions() error {
 	}
 	if len(s.settings.AdminRoleARNs) == 0 {
 		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String("hourglass:no-admin-roles"),
-			jsii.String("context adminRoleArns is empty: the admin routes (GET /v1/admin/stats, PUT /v1/seckill/items/{item_id}) "+
+			jsii.String("context adminRoleArns is empty: the admin routes (GET /v1/admin/stats, PUT /v1/seckill/items/{item_id}, "+
+				"POST /v1/admin/operator) "+
 				"will refuse every caller (pass -c adminRoleArns=arn:aws:iam::<account>:role/<operators>)"), nil)
 	}
 	for _, spec := range specs {
@@ -202,7 +215,7 @@ func (s *HourglassStack) createFunctions() error {
 	// Each role reaches only what its function uses, with actions spelled
 	// out (the CDK's grant helpers add kms:ReEncrypt*, GenerateDataKey* and
 	// index/* wildcards these functions do not need).
-	enqueue, poller, consumer := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer]
+	enqueue, poller, consumer, operator := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer], s.Functions[fnOperator]
 	for _, fn := range s.Functions {
 		allow(fn, secretActions, s.RedisAuth.SecretArn())
 	}
@@ -217,6 +230,11 @@ func (s *HourglassStack) createFunctions() error {
 	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency, s.Orders)
 	s.allowTables(poller, tableActions, s.Withdrawals, s.Orders)
 	s.allowTables(consumer, tableActions, s.Withdrawals, s.Orders)
+	// The operator commands: payouts unresolved|resolve read and settle
+	// withdrawals; reconcile runs the poller's reconciler and compensation
+	// (withdrawals, orders); stats, dead and peek work on Redis alone. Its
+	// AUTH secret is granted above; nothing else (no queue, topic or key).
+	s.allowTables(operator, tableActions, s.Withdrawals, s.Orders)
 	allow(poller, []string{"sqs:SendMessage"}, s.WorkQueue.QueueArn())
 	allow(consumer, []string{"sns:Publish"}, s.FinanceTopic.TopicArn(), s.OrdersTopic.TopicArn())
 	// SQS and SNS encrypt with the data key on the sender's behalf.

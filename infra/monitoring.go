@@ -71,7 +71,7 @@ const (
 var workQueueAgeSeconds = float64(maxReceiveCount*visibilityFactor) * consumerTimeout.Seconds()
 
 // runbook is the docs/operations.md section of each alarm: its construct id
-// lowercased (GitHub's anchor of a "### <id>" heading), the four function
+// lowercased (GitHub's anchor of a "### <id>" heading), the five function
 // alarms and the Redis shard alarms sharing one.
 func runbook(id string) string {
 	anchor := strings.ToLower(id)

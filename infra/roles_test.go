@@ -166,6 +166,17 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 			never:    append([]string{"sqs:SendMessage"}, never...),
 			literals: []string{payoutSecret},
 		},
+		{
+			// The operator commands: the ledger's withdrawals and orders
+			// (payouts resolve, reconcile) and Redis; no queue, topic or key.
+			fn:   fnOperator,
+			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisAuth)},
+			must: map[string][]string{
+				"dynamodb:Query": {id(st.Withdrawals), id(st.Orders)}, "dynamodb:UpdateItem": {id(st.Withdrawals)},
+				"secretsmanager:GetSecretValue": {id(st.RedisAuth)},
+			},
+			never: append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt", "kms:GenerateDataKey"}, never...),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {

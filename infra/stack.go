@@ -30,10 +30,13 @@ const (
 	fnSeckill  = "seckill"
 	fnPoller   = "poller"
 	fnConsumer = "consumer"
+	// fnOperator runs the runbooks' operator commands (POST
+	// /v1/admin/operator, hourglass --remote) where Redis is.
+	fnOperator = "operator"
 )
 
 // functionNames lists them in a fixed order.
-var functionNames = []string{fnEnqueue, fnSeckill, fnPoller, fnConsumer}
+var functionNames = []string{fnEnqueue, fnSeckill, fnPoller, fnConsumer, fnOperator}
 
 // HourglassStackProps configures the stack.
 type HourglassStackProps struct {

@@ -23,8 +23,8 @@ func TestFunctions(t *testing.T) {
 			n++
 		}
 	}
-	if n != 4 {
-		t.Errorf("%d provided.al2023 functions, want 4", n)
+	if n != 5 {
+		t.Errorf("%d provided.al2023 functions, want 5", n)
 	}
 	tests := []struct {
 		name    string
@@ -35,6 +35,8 @@ func TestFunctions(t *testing.T) {
 		{fnSeckill, 1024, 10},
 		{fnPoller, 1024, 75},
 		{fnConsumer, 512, int(consumerTimeout.Seconds())},
+		// Under API Gateway's 30 s, with the command's 25 s inside it.
+		{fnOperator, 512, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +123,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			"FINANCE_TOPIC_ARN":         ref(logicalID(f.def, f.def.FinanceTopic)),
 			"ORDERS_TOPIC_ARN":          ref(logicalID(f.def, f.def.OrdersTopic)),
 		},
+		// The operator roles it admits; Redis and the tables come from base.
+		fnOperator: {"HOURGLASS_ADMIN_ROLE_ARNS": "", "HOURGLASS_RECONCILE_GRACE": "22m30s"},
 	}
 	fns := resources(f.defMap, "AWS::Lambda::Function")
 	for _, name := range functionNames {
@@ -421,6 +425,7 @@ var wantRoutes = []struct{ key, fn, auth string }{
 	{"PATCH /v1/withdrawals/{id}", fnEnqueue, "JWT"},
 	{"DELETE /v1/withdrawals/{id}", fnEnqueue, "JWT"},
 	{"GET /v1/admin/stats", fnEnqueue, "AWS_IAM"},
+	{"POST /v1/admin/operator", fnOperator, "AWS_IAM"},
 	{"GET /healthz", fnEnqueue, "NONE"},
 	// The provider's callbacks: no JWT, the signature authenticates.
 	{"POST /v1/webhooks/payouts", fnEnqueue, "NONE"},
@@ -480,10 +485,14 @@ func TestApiRoutes(t *testing.T) {
 				t.Errorf("authorizer %s on a %s route", mustJSON(r["AuthorizerId"]), w.auth)
 			}
 			// Target: integrations/<id>, whose URI is the function's live
-			// alias (TestCanaryDeployments).
+			// alias (TestCanaryDeployments), or the operator function itself
+			// (not canaried: it serves a handful of operators).
 			parts := r["Target"].(map[string]any)["Fn::Join"].([]any)[1].([]any)
 			integ := propsOf(integrations[parts[1].(map[string]any)["Ref"].(string)])
-			want := ref(logicalID(f.def, f.def.Aliases[w.fn]))
+			var want any = getAtt(logicalID(f.def, f.def.Functions[w.fn]), "Arn")
+			if a, ok := f.def.Aliases[w.fn]; ok {
+				want = ref(logicalID(f.def, a))
+			}
 			if mustJSON(integ["IntegrationUri"]) != mustJSON(want) || integ["PayloadFormatVersion"] != "2.0" || integ["IntegrationType"] != "AWS_PROXY" {
 				t.Errorf("integration %s, want a 2.0 proxy to %s", mustJSON(integ), w.fn)
 			}
@@ -590,15 +599,15 @@ func TestAlarms(t *testing.T) {
 	check(t, "every alarm notifies the alarm topic, in and out of alarm", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), like(props{"AlarmActions": topic, "OKActions": topic}))
 	})
-	// due lag, DLQ, 4 function errors, poller heartbeat, unresolved payouts,
+	// due lag, DLQ, 5 function errors, poller heartbeat, unresolved payouts,
 	// refused credentials, callback conflicts, one per Redis shard; poller
 	// failures, API 5xx, reconciler repairs, DLQ age, finance deliveries
 	// and finance DLQ, order-event deliveries, orders DLQ and failed order
 	// expiries (TestNewAlarms); housekeeping failures, payout failures,
 	// throttles, the work queue's age, unknown callbacks, and the finance
 	// and orders queues' age where no webhook is set (TestAlarmsThatPage)
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+2+6+3+5+2)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+4+1+3+3+6+3+5)
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+2+6+3+5+2)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+3+6+3+5)
 	// A payout that may have been made and is still unsettled pages.
 	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
 		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{

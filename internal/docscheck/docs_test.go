@@ -22,7 +22,7 @@ import (
 // TestDocs checks README.md and docs/*.md: every relative link's file exists
 // and every #anchor is a heading of its page; every `make <target>` in code is
 // a Makefile target; every `hourglass <subcommand>` in code is a subcommand of
-// cmd/hourglass; and every docs/*.md(#anchor) named by Go code or the
+// internal/cli (the command tree of cmd/hourglass); and every docs/*.md(#anchor) named by Go code or the
 // Makefile resolves.
 func TestDocs(t *testing.T) {
 	root := repoRoot(t)
@@ -44,7 +44,7 @@ func TestDocs(t *testing.T) {
 			return err == nil
 		},
 		targets:  makeTargets(t, read(t, filepath.Join(root, "Makefile"))),
-		cli:      cliTree(t, filepath.Join(root, "cmd", "hourglass")),
+		cli:      cliTree(t, filepath.Join(root, "internal", "cli")),
 		codeRefs: codeDocRefs(t, root),
 	}
 	for _, p := range s.check() {
@@ -311,7 +311,7 @@ func makeTargets(t *testing.T, makefile string) map[string]bool {
 	return targets
 }
 
-// cliTree reads the subcommands of cmd/hourglass from its source: from root,
+// cliTree reads the subcommands of hourglass (internal/cli) from its source: from root,
 // each AddCommand argument is a call of a constructor whose cobra.Command
 // literal's Use names it. A Use that cannot be read fails the test, so a
 // change in how commands are built shows here rather than passing unchecked.
@@ -354,7 +354,7 @@ func cliTree(t *testing.T, dir string) *command {
 	r := cliReader{fset: fset, funcs: funcs, values: values}
 	rootFn, ok := funcs["root"]
 	if !ok {
-		t.Fatal("cmd/hourglass has no func root")
+		t.Fatal("internal/cli has no func root")
 	}
 	cmd, err := r.command(rootFn, nil)
 	if err != nil {
@@ -394,7 +394,7 @@ func (r cliReader) command(fn *ast.FuncDecl, env map[string]binding) (*command, 
 			if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Use" && c.name == "" {
 				var use string
 				if use, err = r.str(binding{n.Value, env}); err != nil {
-					err = fmt.Errorf("cmd/hourglass %s: the Use of %s: %w", r.fset.Position(n.Pos()), fn.Name.Name, err)
+					err = fmt.Errorf("internal/cli %s: the Use of %s: %w", r.fset.Position(n.Pos()), fn.Name.Name, err)
 					return false
 				}
 				c.name, _, _ = strings.Cut(use, " ")
@@ -411,7 +411,7 @@ func (r cliReader) command(fn *ast.FuncDecl, env map[string]binding) (*command, 
 					ident, _ = call.Fun.(*ast.Ident)
 				}
 				if ident == nil || r.funcs[ident.Name] == nil {
-					err = fmt.Errorf("cmd/hourglass %s: AddCommand of something other than a call of a func of the package", r.fset.Position(arg.Pos()))
+					err = fmt.Errorf("internal/cli %s: AddCommand of something other than a call of a func of the package", r.fset.Position(arg.Pos()))
 					return false
 				}
 				sub := r.funcs[ident.Name]
@@ -436,7 +436,7 @@ func (r cliReader) command(fn *ast.FuncDecl, env map[string]binding) (*command, 
 		return true
 	})
 	if err == nil && c.name == "" {
-		err = fmt.Errorf("cmd/hourglass: %s builds a command without a Use", fn.Name.Name)
+		err = fmt.Errorf("internal/cli: %s builds a command without a Use", fn.Name.Name)
 	}
 	return c, err
 }

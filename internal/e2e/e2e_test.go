@@ -1,4 +1,4 @@
-// Package e2e_test drives the four built Lambda bootstraps under the AWS
+// Package e2e_test drives the five built Lambda bootstraps under the AWS
 // Lambda runtime interface emulator with the sample events of events/: the
 // artifacts users deploy, on the runtime protocol Lambda speaks, against a
 // real redis-server, an SQS JSON-protocol endpoint, and fake payout and
@@ -37,7 +37,7 @@ const (
 	bootstrapsEnv = "HOURGLASS_BOOTSTRAPS"
 )
 
-var functions = []string{"enqueue", "seckill", "poller", "consumer"}
+var functions = []string{"enqueue", "seckill", "poller", "consumer", "operator"}
 
 // pollerTimeout is the poller's function timeout under the emulator; it
 // polls until pollerMargin before it, then returns.
@@ -410,6 +410,56 @@ func TestE2E(t *testing.T) {
 			"PAYOUT_WEBHOOK_SECRET_ID", "PAYMENTS_WEBHOOK_SECRET_ID")
 		if strings.Contains(log, "dev-payments-secret") || strings.Contains(log, "dev-webhook-secret") {
 			t.Errorf("the cold start's log quotes a secret:\n%s", tail(log, 2048))
+		}
+	})
+
+	t.Run("operator commands", func(t *testing.T) {
+		s.t = t
+		type result struct {
+			ExitCode int    `json:"exit_code"`
+			Stdout   string `json:"stdout"`
+			Stderr   string `json:"stderr"`
+		}
+		// events/admin-operator.json: payouts unresolved, by a session of
+		// the operator role; every payout above was settled.
+		var r result
+		if code := s.api("operator", event(t, "admin-operator.json"), &r); code != http.StatusOK || r.ExitCode != 0 {
+			t.Fatalf("payouts unresolved: %d %+v", code, r)
+		}
+		stats := event(t, "admin-operator.json")
+		stats.Body = `{"args":["stats","--json"]}`
+		var snap struct {
+			Queues map[string]struct{ Due, Inflight, Dead int }
+			Items  map[string]struct{ Admitted, Confirmed int }
+		}
+		if code := s.api("operator", stats, &r); code != http.StatusOK || r.ExitCode != 0 {
+			t.Fatalf("stats: %d %+v", code, r)
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &snap); err != nil || snap.Items["phone-2026"].Confirmed != 1 {
+			t.Errorf("stats --json printed %q (%v), want the sale's confirmed order", r.Stdout, err)
+		}
+		if _, ok := snap.Queues["withdrawals"]; !ok {
+			t.Errorf("stats --json printed %q, want the withdrawals queue", r.Stdout)
+		}
+		peek := event(t, "admin-operator.json")
+		peek.Body = `{"args":["peek","nosuch"]}`
+		if code := s.api("operator", peek, &r); code != http.StatusOK || r.ExitCode != 1 || !strings.Contains(r.Stderr, "nosuch") {
+			t.Errorf("peek nosuch: %d %+v, want exit code 1", code, r)
+		}
+		serve := event(t, "admin-operator.json")
+		serve.Body = `{"args":["serve"]}`
+		if code := s.api("operator", serve, nil); code != http.StatusBadRequest {
+			t.Errorf("serve: %d, want 400", code)
+		}
+		other := event(t, "admin-operator.json")
+		other.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/hourglass-deployer/ci"
+		if code := s.api("operator", other, nil); code != http.StatusForbidden {
+			t.Errorf("another role: %d, want 403", code)
+		}
+		log := s.fns["operator"].Log()
+		if !strings.Contains(log, `"caller":"arn:aws:sts::123456789012:assumed-role/hourglass-operator/ops"`) ||
+			!strings.Contains(log, `"args":["stats","--json"]`) {
+			t.Errorf("the operator function's log names no caller and args:\n%s", tail(log, 2048))
 		}
 	})
 

@@ -459,12 +459,23 @@ func (a *App) WithdrawalAPI() *httpapi.Router {
 // operator and health routes every API function answers.
 func (a *App) SeckillAPI() *httpapi.Router { return a.router(a.seckillRoutes, a.opsRoutes) }
 
+// OperatorAPI returns the operator function's router: the routes register
+// adds, under the admin routes' identity rules, each request given timeout
+// (a command may take longer than an API request's requestTimeout).
+func (a *App) OperatorAPI(timeout time.Duration, register func(*httpapi.Router)) *httpapi.Router {
+	return a.routerWithin(timeout, register)
+}
+
 func (a *App) router(parts ...func(*httpapi.Router)) *httpapi.Router {
+	return a.routerWithin(requestTimeout, parts...)
+}
+
+func (a *App) routerWithin(timeout time.Duration, parts ...func(*httpapi.Router)) *httpapi.Router {
 	roles, _ := httpapi.ParseAdminRoles(a.Config.AdminRoleARNs) // config.Load checked them
 	rt := httpapi.NewRouter(httpapi.Auth{
 		Mode: httpapi.AuthMode(a.Config.Auth), AdminToken: string(a.Config.AdminToken), Scope: a.Config.JWTScope,
 		AdminRoles: roles,
-	}, a.Log, requestTimeout)
+	}, a.Log, timeout)
 	for _, register := range parts {
 		register(rt)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
@@ -26,6 +27,7 @@ import (
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
+	"github.com/hourglass/hourglass/internal/cli"
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/httpapi"
@@ -275,13 +277,22 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	}
 }
 
-// TestOpenAPIRoutesBothWays: every route the app serves is in the spec, and
-// every operation of the spec is served.
+// operatorStack is s as the operator function serves it: its one route on
+// s's app.
+func operatorStack(s *stack) *stack {
+	op := *s
+	op.rt = s.app.OperatorAPI(cli.OperatorDeadline, cli.Operator{App: s.app, Log: s.app.Log}.Register)
+	op.h = lambda.NewHandler(op.rt)
+	return &op
+}
+
+// TestOpenAPIRoutesBothWays: every route the app or the operator function
+// serves is in the spec, and every operation of the spec is served.
 func TestOpenAPIRoutesBothWays(t *testing.T) {
 	sp := loadSpec(t)
 	u, _ := backends[1].start(t)
 	s := newStack(t, u, nil)
-	served := s.app.Router().Routes()
+	served := append(s.app.Router().Routes(), operatorStack(s).rt.Routes()...)
 	slices.Sort(served)
 	inSpec := sp.operations()
 	for _, r := range served {
@@ -291,7 +302,7 @@ func TestOpenAPIRoutesBothWays(t *testing.T) {
 	}
 	for _, r := range inSpec {
 		if !slices.Contains(served, r) {
-			t.Errorf("%s is in api/openapi.yaml but not served by app.Router()", r)
+			t.Errorf("%s is in api/openapi.yaml but not served by app.Router() or the operator function", r)
 		}
 	}
 	if len(served) == 0 || t.Failed() {
@@ -319,7 +330,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		httpapi.CodeAlreadyPurchased, httpapi.CodeNotStarted, httpapi.CodeSoldOut, httpapi.CodeEnded,
 		httpapi.CodeBacklogFull, httpapi.CodeOrdersPending, httpapi.CodePreheatInProgress, httpapi.CodeRateLimited, httpapi.CodeUnavailable,
 		httpapi.CodeInternal, httpapi.CodeAdminNotConfigured, httpapi.CodeRateLimitUnavailable, httpapi.CodePaymentMismatch,
-		httpapi.CodeNotSent,
+		httpapi.CodeNotSent, httpapi.CodeNotOperatorCommand,
 	}
 	slices.Sort(inSpec)
 	slices.Sort(codes)
@@ -370,6 +381,22 @@ func TestOpenAPIResponses(t *testing.T) {
 		dev := newStack(t, u, devMode)
 		wantStatus(t, sp.invoke(t, dev, payload(t, "withdrawal-create", "", devUser("dev-user"), key("dev")), true), 202)
 		wantStatus(t, sp.invoke(t, dev, payload(t, "admin-stats", "", noAuthorizer, header("x-admin-token", "test-admin-token")), true), 200)
+	})
+
+	t.Run("operator function", func(t *testing.T) {
+		s := operatorStack(newStack(t, u, nil))
+		op := func(mods ...mod) []byte { return payload(t, "admin-operator", "", mods...) }
+		wantStatus(t, sp.invoke(t, s, rawFixture(t, "admin-operator"), true), 200)
+		wantStatus(t, sp.invoke(t, s, op(body(`{"args":["peek","nosuch"]}`)), true), 200)
+		checkProblem(t, sp.invoke(t, s, op(body(`{"args":["serve"]}`)), true), want{status: 400, code: "not_an_operator_command"})
+		checkProblem(t, sp.invoke(t, s, op(body(`{"args":[]}`)), false), want{status: 400, code: "validation_failed", fields: []string{"args"}})
+		other := func(ev *events.APIGatewayV2HTTPRequest) {
+			ev.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/hourglass-deployer/ci"
+		}
+		checkProblem(t, sp.invoke(t, s, op(other), true), want{status: 403, code: "forbidden"})
+		checkProblem(t, sp.invoke(t, s, op(body(`{"args":["stats","`+strings.Repeat("x", httpapi.MaxBody)+`"]}`)), false),
+			want{status: 413, code: "payload_too_large"})
+		checkProblem(t, sp.invoke(t, s, op(header("content-type", "text/plain")), false), want{status: 415, code: "unsupported_media_type"})
 	})
 
 	t.Run("payout callbacks", func(t *testing.T) {

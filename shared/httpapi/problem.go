@@ -69,6 +69,14 @@ const (
 	CodeRateLimitUnavailable = "rate_limit_unavailable"
 )
 
+// Stable problem codes of the operator function (POST /v1/admin/operator).
+const (
+	// CodeNotOperatorCommand (400): the command is not one the operator
+	// function runs (payouts unresolved|resolve, reconcile, stats, dead,
+	// peek); nothing ran.
+	CodeNotOperatorCommand = "not_an_operator_command"
+)
+
 // Stable problem codes of the payout provider's callbacks.
 const (
 	// CodeNotSent (409): the callback is about a withdrawal that was never
@@ -85,6 +93,7 @@ const (
 )
 
 var titles = map[string]string{
+	CodeNotOperatorCommand:   "Not an operator command",
 	CodePaymentMismatch:      "The payment's amount or currency is not the order's",
 	CodeNotSent:              "The withdrawal was never sent for payout",
 	CodeValidationFailed:     "The request is not valid",

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"cmp"
@@ -158,7 +158,7 @@ next poll (HOURGLASS_POLL_INTERVAL).`,
 			if due.IsZero() {
 				due = a.Clock.Now().Add(delay)
 			}
-			w, err := a.Service.RescheduleBy(cmd.Context(), args[0], due, cmp.Or(by, operator()), reason)
+			w, err := a.Service.RescheduleBy(cmd.Context(), args[0], due, cmp.Or(by, operator(cmd.Context())), reason)
 			if errors.Is(err, withdrawal.ErrNotReschedulable) {
 				return fmt.Errorf("%s is %s and can no longer be rescheduled", w.ID, w.Shown())
 			}

@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -150,7 +151,7 @@ it as it already ended does nothing.`,
 			if !cmd.Flags().Changed("revision") {
 				return usagef("give --revision <n>: the withdrawal's revision as you judged it (payouts unresolved lists it)")
 			}
-			r := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: paid, By: cmp.Or(by, operator())}
+			r := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: paid, By: cmp.Or(by, operator(cmd.Context()))}
 			if failed != "" {
 				r = withdrawal.Resolution{Status: withdrawal.Failed, Reason: failed, By: r.By}
 			}
@@ -185,8 +186,12 @@ it as it already ended does nothing.`,
 	return cmd
 }
 
-// operator names the person at the terminal.
-func operator() string {
+// operator names who runs the command: the IAM caller of the operator
+// function, else the person at the terminal.
+func operator(ctx context.Context) string {
+	if in, ok := ctx.Value(inProcessKey{}).(inProcess); ok && in.caller != "" {
+		return in.caller
+	}
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 )
 
 // hourglassPkg is the program the tests drive.
-const hourglassPkg = "github.com/hourglass/hourglass/cmd/hourglass"
+const hourglassPkg = "github.com/hourglass/hourglass/cmd/hourglass" // the binary around this package
 
 func TestMain(m *testing.M) {
 	code := m.Run()

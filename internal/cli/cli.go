@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -43,6 +43,9 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 // openApp wires the app the operator commands work on, from the environment,
 // as serve does, against the Redis of REDIS_URL (which must answer).
 func openApp(cmd *cobra.Command) (*app.App, func(), error) {
+	if in, ok := cmd.Context().Value(inProcessKey{}).(inProcess); ok {
+		return in.app, func() {}, nil // the operator function's, open across calls
+	}
 	cfg, err := config.Load(config.Local)
 	if err != nil {
 		return nil, nil, usageError{err}

@@ -254,7 +254,6 @@ func (s *HourglassStack) createFunctions() error {
 	}
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PayoutWebhookSecretName))
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PaymentsSecretName))
-	s.allowWebhookPorts()
 
 	s.createAliases()
 	s.invoked(fnConsumer).AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
@@ -264,29 +263,6 @@ func (s *HourglassStack) createFunctions() error {
 		MaxConcurrency:          jsii.Number(float64(s.settings.ConsumerMaxConcurrency)),
 	}))
 	return nil
-}
-
-// allowWebhookPorts lets the functions reach finance's and the order
-// events' webhooks on their ports when those are neither the payout
-// provider's nor HTTPS's, which the network opens already.
-func (s *HourglassStack) allowWebhookPorts() {
-	payout, _ := payoutPort(s.settings.PayoutURL)
-	opened := map[int]bool{payout: true, 443: true}
-	for _, w := range []struct{ url, desc string }{
-		{s.settings.FinanceWebhookURL, "Finance webhook over TLS"},
-		{s.settings.OrdersWebhookURL, "Order events webhook over TLS"},
-	} {
-		if w.url == "" {
-			continue
-		}
-		port, _ := payoutPort(w.url) // checked by SettingsFrom
-		if opened[port] {
-			continue
-		}
-		opened[port] = true
-		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
-			jsii.String(w.desc), nil)
-	}
 }
 
 // baseEnv is what every function reads.
@@ -344,22 +320,20 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		env[k] = v
 	}
 	props := &awslambda.FunctionProps{
-		Description:  jsii.String(spec.description),
-		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
-		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(s.codePath(spec.name)), nil),
-		MemorySize:   jsii.Number(spec.memoryMB),
-		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
-		Environment:  &env,
-		Role:         role,
-		Vpc:          s.Vpc,
-		VpcSubnets:   &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
-		SecurityGroups: &[]awsec2.ISecurityGroup{
-			s.FunctionsSG,
-		},
-		LogGroup:      logs,
-		LoggingFormat: awslambda.LoggingFormat_JSON,
+		Description:    jsii.String(spec.description),
+		Runtime:        awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:   awslambda.Architecture_ARM_64(),
+		Handler:        jsii.String("bootstrap"),
+		Code:           awslambda.Code_FromAsset(jsii.String(s.codePath(spec.name)), nil),
+		MemorySize:     jsii.Number(spec.memoryMB),
+		Timeout:        awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		Environment:    &env,
+		Role:           role,
+		Vpc:            s.Vpc,
+		VpcSubnets:     &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+		SecurityGroups: &[]awsec2.ISecurityGroup{s.SecurityGroups[spec.name]},
+		LogGroup:       logs,
+		LoggingFormat:  awslambda.LoggingFormat_JSON,
 		// The functions log JSON lines (log/slog) and filter by
 		// HOURGLASS_LOG_LEVEL themselves; Lambda drops DEBUG lines as well,
 		// should a function be set lower, and passes the EMF metric lines,

@@ -120,6 +120,10 @@ type smokeOptions struct {
 	asJSON                        bool
 }
 
+// logicalID is a CloudFormation logical id, as the CDK derives it from a
+// construct's id.
+var logicalID = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+
 func (o smokeOptions) check() error {
 	switch {
 	case o.stack == "":
@@ -132,7 +136,7 @@ func (o smokeOptions) check() error {
 		return usagef("--near and --far are whole seconds")
 	case o.far <= o.near:
 		return usagef("--far (%s) must be later than --near (%s)", o.far, o.near)
-	case !regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`).MatchString(o.alarm):
+	case !logicalID.MatchString(o.alarm):
 		return usagef("--alarm %q: want an alarm's logical id, e.g. %s", o.alarm, smokeAlarm)
 	}
 	return nil

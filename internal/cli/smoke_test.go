@@ -435,6 +435,13 @@ func TestSmokeAgainstTheLocalStack(t *testing.T) {
 	if strings.Count(text, "\nok  ") != 7 || !strings.Contains(text, "check by hand\n 1. the alarm e-mail") || strings.Contains(text, smokeToken) {
 		t.Errorf("text report:\n%s", text)
 	}
+
+	// A report that cannot be written fails the run: its ids would be lost.
+	errb.Reset()
+	if code := Run(context.Background(), []string{"smoke", "--stack", "Hourglass", "--json"}, nil, brokenPipe{}, &errb); code != exitFailure ||
+		!strings.Contains(errb.String(), "broken pipe") {
+		t.Errorf("report to a broken pipe: exit %d, stderr %s", code, errb.String())
+	}
 }
 
 // TestSmokeRefusals: what smoke refuses before it creates anything, and

@@ -65,7 +65,7 @@ type Options struct {
 	PoolSize int
 	// MaxRetries is retries after a network error; -1 means none.
 	MaxRetries int
-	// Password, if set, replaces the URL's (an ElastiCache AUTH token read
+	// Password, if set, replaces the URL's (an ElastiCache user's password read
 	// from Secrets Manager, so it never sits in the environment).
 	Password string
 	// Secret, if set, replaces both: every new connection authenticates

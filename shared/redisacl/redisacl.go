@@ -96,19 +96,18 @@ var rules = map[string]struct{ keys, commands []string }{
 		keys: []string{withdrawalKeys, itemKeys, eventKeys, registryKey, orderIndexKey, rateKeys},
 		commands: slices.Concat(rate, []string{
 			"exists", "hget", "hgetall", "hmget", "hexists", "hset", "hsetnx", "hdel", "hincrby",
-			"zadd", "zrem", "zscore", "zmscore", "zcard", "zcount", "zrange", "zrangebyscore", "zrevrangebylex",
-			"del",
+			"zadd", "zrem", "zscore", "zmscore", "zcard", "zcount", "zrange", "zrevrangebylex", "del",
 		}),
 	},
 	// The flash-sale API: preheat (intents, the registry, item shards),
 	// item state, admission, a buyer's purchases; the rate limits. No
-	// withdrawal key, no order ledger.
+	// withdrawal key, no order ledger, no queue reads beyond admission's
+	// back-pressure count, no MULTI (only compensation uses one).
 	Seckill: {
 		keys: []string{itemKeys, eventKeys, registryKey, intentKeys, intentIndexKey, rateKeys},
 		commands: slices.Concat(rate, []string{
 			"exists", "hget", "hgetall", "hmget", "hexists", "hset", "hsetnx", "hdel", "hincrby",
-			"zadd", "zrem", "zscore", "zcard", "zcount", "zrange", "zrangebyscore",
-			"del", "multi", "exec",
+			"zadd", "zrem", "zscore", "zcard", "zcount", "del",
 		}),
 	},
 	// The poller: claims from every queue, acks and re-schedules, returns
@@ -125,13 +124,13 @@ var rules = map[string]struct{ keys, commands []string }{
 	},
 	// The consumer: payouts (the withdrawal's record and job), orders
 	// (item shards, the events queue, the order ledger) and, for a job that
-	// kept failing, its queue's dead set (found through the registry).
+	// kept failing, its queue's dead set (found through the registry). It
+	// claims nothing and counts nothing: no ZRANGE, ZCARD or ZCOUNT.
 	Consumer: {
 		keys: []string{withdrawalKeys, itemKeys, eventKeys, registryKey, orderIndexKey},
 		commands: []string{
 			"get", "set", "exists", "hget", "hgetall", "hmget", "hexists", "hset", "hsetnx", "hdel", "hincrby",
-			"zadd", "zrem", "zscore", "zmscore", "zcard", "zcount", "zrange", "zrangebyscore",
-			"del",
+			"zadd", "zrem", "zscore", "zmscore", "del",
 		},
 	},
 	// The operator commands: payouts unresolved|resolve, reconcile (the

@@ -36,10 +36,11 @@ func TestNagSuppressionsHaveReasons(t *testing.T) {
 	}
 	// The five function roles (VPC network interfaces) and their default
 	// policies (X-Ray), the four public routes (health, item state, the
-	// payout and payment providers' signed callbacks) and the Redis AUTH
-	// secret's rotation; the CodeDeploy roles of the three canaried
-	// functions (AWS's managed policy for Lambda deployments).
-	if want := len(functionNames) + len(functionNames) + 4 + 1 + len(canaried); n != want {
+	// payout and payment providers' signed callbacks); the rotation of each
+	// function's Redis password and AEC6 (an AUTH token rule, where the
+	// replication group has RBAC users); the CodeDeploy roles of the three
+	// canaried functions (AWS's managed policy for Lambda deployments).
+	if want := len(functionNames) + len(functionNames) + 4 + len(functionNames) + 1 + len(canaried); n != want {
 		t.Errorf("%d suppressions, want %d: a new one needs a reason here too", n, want)
 	}
 }

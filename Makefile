@@ -49,7 +49,7 @@ SOAK_DURATION ?= 5m
 SOAK_RATE     ?= 250
 SOAK_SHORT    ?= 30s
 
-.PHONY: help build run test vet lint bench synth deploy clean fuzz soak tools
+.PHONY: help build run test vet lint bench synth deploy smoke clean fuzz soak tools
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -156,6 +156,14 @@ synth: build node_modules/.bin/dynalite ## Build, synthesize the CDK stack offli
 
 deploy: build $(CDK) ## Build, then cdk deploy the stack to the current AWS account (CDK_ARGS='-c key=value ...')
 	cd infra && ../$(CDK) deploy Hourglass $(CDK_ARGS)
+
+# make smoke: the stack to test (make deploy's is Hourglass), and extra
+# flags of hourglass smoke, e.g. SMOKE_ARGS='--json --destination acct_test'.
+STACK      ?= Hourglass
+SMOKE_ARGS ?=
+
+smoke: ## Smoke-test a deployed stack (STACK=Hourglass; needs HOURGLASS_SMOKE_TOKEN and an adminRoleArns role's AWS credentials): withdrawals, a sale, a consumer failure, an alarm fired, then what to check by hand
+	$(GO) run ./cmd/hourglass smoke --stack "$(STACK)" $(SMOKE_ARGS)
 
 # The CLI itself, in .cdk/ (make deploy installs it; docs/deploy.md uses it
 # for bootstrap and destroy). Its `cdk init` templates hold .go files that

@@ -203,8 +203,9 @@ func (s *HourglassStack) createFunctions() error {
 	// out (the CDK's grant helpers add kms:ReEncrypt*, GenerateDataKey* and
 	// index/* wildcards these functions do not need).
 	enqueue, poller, consumer := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer]
-	for _, fn := range s.Functions {
-		allow(fn, secretActions, s.RedisAuth.SecretArn())
+	// Each function reads its own Redis user's password, no other's.
+	for name, fn := range s.Functions {
+		allow(fn, secretActions, s.RedisSecrets[name].SecretArn())
 	}
 	// The ledger (HOURGLASS_LEDGER=dynamodb): each function's own actions
 	// on each table and index it uses (ledgerUse); the flash-sale API works
@@ -243,12 +244,13 @@ func (s *HourglassStack) createFunctions() error {
 	return nil
 }
 
-// baseEnv is what every function reads.
-func (s *HourglassStack) baseEnv() map[string]*string {
+// baseEnv is what every function reads; function name's own Redis user.
+func (s *HourglassStack) baseEnv(name string) map[string]*string {
 	return map[string]*string{
 		"HOURGLASS_AUTH":              jsii.String("jwt"),
-		"REDIS_URL":                   s.redisURL(),
-		"REDIS_AUTH_SECRET_ID":        s.RedisAuth.SecretArn(), // a complete ARN
+		"REDIS_URL":                   s.redisURL(name),                 // its own Redis user
+		"REDIS_AUTH_SECRET_ID":        s.RedisSecrets[name].SecretArn(), // its password; a complete ARN
+		"HOURGLASS_REDIS_PREFIX":      jsii.String(redisPrefix),         // the users' key patterns' prefix
 		"HOURGLASS_QUEUE_SHARDS":      jsii.String(strconv.Itoa(s.settings.QueueShards)),
 		"HOURGLASS_LEDGER":            jsii.String("dynamodb"),
 		"HOURGLASS_WITHDRAWALS_TABLE": s.Withdrawals.TableName(),
@@ -293,7 +295,7 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 			"subnets (those of AWSLambdaVPCAccessExecutionRole); EC2 does not scope ec2:Describe* to resources.",
 		"Resource::*")
 
-	env := s.baseEnv()
+	env := s.baseEnv(spec.name)
 	for k, v := range spec.env {
 		env[k] = v
 	}

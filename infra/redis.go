@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
@@ -9,6 +10,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/hourglass/hourglass/shared/redisacl"
 )
 
 // The engine: Valkey, the Redis OSS fork ElastiCache recommends (same
@@ -20,21 +23,7 @@ const (
 )
 
 func (s *HourglassStack) createRedis() {
-	// AUTH token: 64 letters and digits, inside ElastiCache's rules (16 to
-	// 128 printable characters, none of @ " /). The secret string is the
-	// token itself, not JSON.
-	s.RedisAuth = awssecretsmanager.NewSecret(s.Stack, jsii.String("RedisAuthToken"), &awssecretsmanager.SecretProps{
-		Description: jsii.String("Hourglass: AUTH token of the ElastiCache replication group"),
-		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
-			PasswordLength:     jsii.Number(64),
-			ExcludePunctuation: jsii.Bool(true),
-			IncludeSpace:       jsii.Bool(false),
-		},
-	})
-	suppress(s.RedisAuth, "AwsSolutions-SMG4",
-		"The ElastiCache AUTH token has no Secrets Manager rotation Lambda: rotating it is a two-step "+
-			"ModifyReplicationGroup (AuthTokenUpdateStrategy ROTATE, then SET) while clients re-read the secret, "+
-			"an operator runbook in docs/deploy.md, not an automatic rotation.")
+	s.createRedisUsers()
 
 	var dataSubnets []any
 	for _, id := range *s.Vpc.SelectSubnets(&awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetData)}).SubnetIds {
@@ -97,9 +86,9 @@ func (s *HourglassStack) createRedis() {
 		TransitEncryptionMode:       jsii.String("required"),
 		AtRestEncryptionEnabled:     jsii.Bool(true),
 		KmsKeyId:                    s.DataKey.KeyArn(),
-		// {{resolve:secretsmanager:...}}: CloudFormation reads the token;
-		// it never appears in the template.
-		AuthToken:                  s.RedisAuth.SecretValue().UnsafeUnwrap(),
+		// RBAC: a user per function (createRedisUsers), no AUTH token
+		// (the two exclude each other).
+		UserGroupIds:               &[]*string{s.RedisUserGroup.Ref()},
 		AutoMinorVersionUpgrade:    jsii.Bool(true),
 		SnapshotRetentionLimit:     jsii.Number(7),
 		SnapshotWindow:             jsii.String("02:00-03:00"),
@@ -109,6 +98,10 @@ func (s *HourglassStack) createRedis() {
 			delivery("engine-log", "RedisEngineLogs"),
 		},
 	})
+	suppress(s.Redis, "AwsSolutions-AEC6",
+		"Clients authenticate, with RBAC rather than an AUTH token: every function has its own ElastiCache user and "+
+			"password (UserGroupIds; the default user is off), which the rule, written for AuthToken alone, does not "+
+			"see. ElastiCache takes AuthToken or UserGroupIds, not both.")
 	if !s.settings.Profile.MultiAZ() {
 		suppress(s.Redis, "AwsSolutions-AEC4",
 			"The "+s.settings.Profile.Name+" profile runs no replica, to cost less: it gives up Multi-AZ and failover "+
@@ -126,10 +119,84 @@ func (s *HourglassStack) createRedis() {
 	}
 }
 
-// redisURL is REDIS_URL: TLS (rediss), the configuration endpoint, cluster
-// mode. The AUTH token is not in it: the functions read it from
-// REDIS_AUTH_SECRET_ARN.
-func (s *HourglassStack) redisURL() *string {
-	return jsii.String(fmt.Sprintf("rediss://%s:%s?cluster=true",
+// redisURL is function fn's REDIS_URL: TLS (rediss), its Redis user, the
+// configuration endpoint, cluster mode. The password is not in it: the
+// function reads it from the secret REDIS_AUTH_SECRET_ID names.
+func (s *HourglassStack) redisURL(fn string) *string {
+	return jsii.String(fmt.Sprintf("rediss://%s@%s:%s?cluster=true", redisacl.UserName(fn),
 		*s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort()))
+}
+
+// redisPrefix starts every Redis key (HOURGLASS_REDIS_PREFIX): the users'
+// key patterns are written for it.
+const redisPrefix = "hg:"
+
+// createRedisUsers makes the replication group's RBAC users: one per
+// function, its access string from package redisacl (the keys and
+// commands that function uses, nothing else), its password a generated
+// secret only that function may read; and a user named "default", which
+// ElastiCache requires in every group, switched off, so a client that
+// names no user gets nowhere.
+func (s *HourglassStack) createRedisUsers() {
+	group := s.redisGroupID()
+	userIDs := []*string{}
+	s.RedisSecrets = map[string]awssecretsmanager.Secret{}
+	s.RedisUsers = map[string]awselasticache.CfnUser{}
+	for _, fn := range redisacl.Functions() {
+		// 64 letters and digits: inside ElastiCache's rules for a user's
+		// password (16 to 128 printable characters, none of @ " /, no
+		// space). The secret string is the password itself, not JSON.
+		secret := awssecretsmanager.NewSecret(s.Stack, jsii.String("Redis"+fnID(fn)+"Password"), &awssecretsmanager.SecretProps{
+			Description: jsii.String("Hourglass: the " + fn + " function's ElastiCache password (user " + redisacl.UserName(fn) + ")"),
+			GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+				PasswordLength:     jsii.Number(64),
+				ExcludePunctuation: jsii.Bool(true),
+				IncludeSpace:       jsii.Bool(false),
+			},
+		})
+		suppress(secret, "AwsSolutions-SMG4",
+			"An ElastiCache user's password has no Secrets Manager rotation Lambda: rotating it is ModifyUser with "+
+				"the new password added, then the secret, then ModifyUser without the old one, while the function "+
+				"re-reads the secret on WRONGPASS: an operator runbook in docs/operations.md.")
+		access, err := redisacl.AccessString(fn, redisPrefix)
+		if err != nil {
+			panic(err) // redisPrefix and the functions are constants: a test proves them
+		}
+		user := awselasticache.NewCfnUser(s.Stack, jsii.String("Redis"+fnID(fn)+"User"), &awselasticache.CfnUserProps{
+			Engine: jsii.String("redis"),
+			// Unique in the account and region, as the group's id is.
+			UserId:       jsii.String(redisUserID(group, fn)),
+			UserName:     jsii.String(redisacl.UserName(fn)),
+			AccessString: jsii.String(access),
+			// {{resolve:secretsmanager:...}}: CloudFormation reads the
+			// password; it never appears in the template.
+			Passwords: &[]*string{secret.SecretValue().UnsafeUnwrap()},
+		})
+		s.RedisSecrets[fn], s.RedisUsers[fn] = secret, user
+		userIDs = append(userIDs, user.Ref())
+	}
+	s.RedisDefaultUser = awselasticache.NewCfnUser(s.Stack, jsii.String("RedisDefaultUser"), &awselasticache.CfnUserProps{
+		Engine:             jsii.String("redis"),
+		UserId:             jsii.String(redisUserID(group, "default")),
+		UserName:           jsii.String("default"),
+		AccessString:       jsii.String(redisacl.DefaultUser),
+		NoPasswordRequired: jsii.Bool(true), // off: no password would let anyone in
+	})
+	userIDs = append(userIDs, s.RedisDefaultUser.Ref())
+	s.RedisUserGroup = awselasticache.NewCfnUserGroup(s.Stack, jsii.String("RedisUserGroup"), &awselasticache.CfnUserGroupProps{
+		Engine:      jsii.String("redis"),
+		UserGroupId: jsii.String(group),
+		UserIds:     &userIDs,
+	})
+}
+
+// redisUserID is a user's id: the group's, then the user's part, within
+// ElastiCache's 40 characters (the group id may use them all: then the
+// part replaces its end; redisGroupID ends a shortened name in a hash).
+func redisUserID(group, part string) string {
+	part = "-" + part
+	if len(group)+len(part) > redisGroupIDMax {
+		group = strings.TrimRight(group[:redisGroupIDMax-len(part)], "-")
+	}
+	return group + part
 }

@@ -129,34 +129,34 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 		{
 			fn: fnEnqueue,
 			// The orders table: a payment confirmation settles an order.
-			want: []string{id(st.Withdrawals), id(st.Idempotency), id(st.Orders), id(st.RedisAuth)},
+			want: []string{id(st.Withdrawals), id(st.Idempotency), id(st.Orders), id(st.RedisSecrets[fnEnqueue])},
 			must: map[string][]string{
 				"dynamodb:PutItem":              {id(st.Withdrawals), id(st.Idempotency)},
 				"dynamodb:UpdateItem":           {id(st.Orders)},
 				"dynamodb:Query":                {id(st.Withdrawals)},
-				"secretsmanager:GetSecretValue": {id(st.RedisAuth)},
+				"secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnEnqueue])},
 			},
 			never:    append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt"}, never...),
 			literals: []string{webhookSecret, paymentsSecret},
 		},
 		{
 			fn:    fnSeckill,
-			want:  []string{id(st.RedisAuth)},
-			must:  map[string][]string{"secretsmanager:GetSecretValue": {id(st.RedisAuth)}},
+			want:  []string{id(st.RedisSecrets[fnSeckill])},
+			must:  map[string][]string{"secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnSeckill])}},
 			never: append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt", "dynamodb:GetItem"}, never...),
 		},
 		{
 			fn:   fnPoller,
-			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisAuth), id(st.WorkQueue), id(st.DataKey)},
+			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisSecrets[fnPoller]), id(st.WorkQueue), id(st.DataKey)},
 			must: map[string][]string{
 				"sqs:SendMessage": {id(st.WorkQueue)}, "kms:GenerateDataKey": {id(st.DataKey)},
-				"dynamodb:Query": {id(st.Withdrawals)}, "secretsmanager:GetSecretValue": {id(st.RedisAuth)},
+				"dynamodb:Query": {id(st.Withdrawals)}, "secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnPoller])},
 			},
 			never: append([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sns:Publish"}, never...),
 		},
 		{
 			fn: fnConsumer,
-			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisAuth), id(st.WorkQueue), id(st.DataKey),
+			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisSecrets[fnConsumer]), id(st.WorkQueue), id(st.DataKey),
 				id(st.FinanceTopic), id(st.OrdersTopic)},
 			must: map[string][]string{
 				"sns:Publish": {id(st.FinanceTopic), id(st.OrdersTopic)}, "sqs:ReceiveMessage": {id(st.WorkQueue)}, "sqs:DeleteMessage": {id(st.WorkQueue)},
@@ -169,10 +169,10 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 			// The operator commands: the ledger's withdrawals and orders
 			// (payouts resolve, reconcile) and Redis; no queue, topic or key.
 			fn:   fnOperator,
-			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisAuth)},
+			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisSecrets[fnOperator])},
 			must: map[string][]string{
 				"dynamodb:Query": {id(st.Withdrawals)}, "dynamodb:UpdateItem": {id(st.Withdrawals)},
-				"secretsmanager:GetSecretValue": {id(st.RedisAuth)},
+				"secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnOperator])},
 			},
 			never: append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt", "kms:GenerateDataKey"}, never...),
 		},

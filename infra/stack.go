@@ -22,6 +22,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/hourglass/hourglass/shared/redisacl"
 )
 
 // The four Lambda functions, named as under functions/ and dist/.
@@ -64,7 +66,6 @@ type HourglassStack struct {
 	EndpointSGs     map[string]awsec2.SecurityGroup
 	DataKey         awskms.Key
 	AlarmKey        awskms.Key
-	RedisAuth       awssecretsmanager.Secret
 	Redis           awselasticache.CfnReplicationGroup
 	RedisParameters awselasticache.CfnParameterGroup
 	Withdrawals     awsdynamodb.Table
@@ -96,6 +97,14 @@ type HourglassStack struct {
 	redisNodeClusters [][]string
 	// indexes names each table's global secondary indexes.
 	indexes map[awsdynamodb.Table][]string
+
+	// RedisSecrets hold each function's Redis password, RedisUsers its
+	// ElastiCache user (keyed by function name); RedisDefaultUser is the
+	// "default" user, switched off; RedisUserGroup holds them all.
+	RedisSecrets     map[string]awssecretsmanager.Secret
+	RedisUsers       map[string]awselasticache.CfnUser
+	RedisDefaultUser awselasticache.CfnUser
+	RedisUserGroup   awselasticache.CfnUserGroup
 }
 
 // NewHourglassStack defines the stack in scope.
@@ -199,7 +208,10 @@ func (s *HourglassStack) createOutputs() {
 	out("AlarmTopicArn", "Ops alarms", s.AlarmTopic.TopicArn())
 	out("RedisConfigurationEndpoint", "ElastiCache cluster-mode configuration endpoint (TLS)",
 		jsii.String(fmt.Sprintf("%s:%s", *s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort())))
-	out("RedisAuthSecretArn", "Secrets Manager secret holding the ElastiCache AUTH token", s.RedisAuth.SecretArn())
+	for _, fn := range redisacl.Functions() {
+		out("Redis"+fnID(fn)+"SecretArn", "Secrets Manager secret holding the password of the "+fn+
+			" function's ElastiCache user "+redisacl.UserName(fn), s.RedisSecrets[fn].SecretArn())
+	}
 	for _, name := range functionNames {
 		out(fnID(name)+"LogGroup", "Log group of the "+name+" function (aws logs tail --follow)", s.LogGroups[name].LogGroupName())
 	}

@@ -89,13 +89,17 @@ func subnetID(t *testing.T, tpl map[string]any, group string, n int) string {
 
 func TestFunctionEnvironment(t *testing.T) {
 	f := stacks(t)
-	redisURL := props{"Fn::Join": []any{"", []any{
-		"rediss://", getAtt("Redis", "ConfigurationEndPoint.Address"), ":", getAtt("Redis", "ConfigurationEndPoint.Port"), "?cluster=true",
-	}}}
+	// Each function's own Redis user and password secret; the key prefix
+	// its user's key patterns are written for.
+	redisURL := func(name string) props {
+		return props{"Fn::Join": []any{"", []any{
+			"rediss://hourglass-" + name + "@", getAtt("Redis", "ConfigurationEndPoint.Address"), ":",
+			getAtt("Redis", "ConfigurationEndPoint.Port"), "?cluster=true",
+		}}}
+	}
 	base := props{
 		"HOURGLASS_AUTH":              "jwt",
-		"REDIS_URL":                   redisURL,
-		"REDIS_AUTH_SECRET_ID":        ref(logicalID(f.def, f.def.RedisAuth)),
+		"HOURGLASS_REDIS_PREFIX":      redisPrefix,
 		"HOURGLASS_QUEUE_SHARDS":      "4",
 		"HOURGLASS_LEDGER":            "dynamodb",
 		"HOURGLASS_WITHDRAWALS_TABLE": ref(logicalID(f.def, f.def.Withdrawals)),
@@ -136,6 +140,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			for k, v := range own[name] {
 				want[k] = v
 			}
+			want["REDIS_URL"] = redisURL(name)
+			want["REDIS_AUTH_SECRET_ID"] = ref(logicalID(f.def, f.def.RedisSecrets[name]))
 			// Exactly these variables: the Match_Exact of the whole map.
 			got := propsOf(fns[logicalID(f.def, f.def.Functions[name])])["Environment"].(map[string]any)["Variables"]
 			if gj, wj := mustJSON(got), mustJSON(want); gj != wj {
@@ -314,7 +320,6 @@ func TestRedis(t *testing.T) {
 	f := stacks(t)
 	tpl := f.defTpl
 	count(t, tpl, "AWS::ElastiCache::ReplicationGroup", 1)
-	secret := logicalID(f.def, f.def.RedisAuth)
 	hasProps(t, tpl, "AWS::ElastiCache::ReplicationGroup", props{
 		"ReplicationGroupId":       "hourglass",
 		"Engine":                   "valkey",
@@ -330,7 +335,8 @@ func TestRedis(t *testing.T) {
 		"AtRestEncryptionEnabled":  true,
 		"KmsKeyId":                 getAtt(logicalID(f.def, f.def.DataKey), "Arn"),
 		"Port":                     redisPort,
-		"AuthToken":                props{"Fn::Join": []any{"", []any{"{{resolve:secretsmanager:", ref(secret), ":SecretString:::}}"}}},
+		"AuthToken":                assertions.Match_Absent(),
+		"UserGroupIds":             []any{ref(logicalID(f.def, f.def.RedisUserGroup))},
 		"CacheParameterGroupName":  ref(logicalID(f.def, f.def.RedisParameters)),
 		"SecurityGroupIds":         []any{getAtt(logicalID(f.def, f.def.RedisSG), "GroupId")},
 		"SnapshotRetentionLimit":   7,
@@ -349,11 +355,16 @@ func TestRedis(t *testing.T) {
 	hasProps(t, tpl, "AWS::ElastiCache::SubnetGroup", props{
 		"SubnetIds": []any{ref(subnetID(t, f.defMap, "data", 1)), ref(subnetID(t, f.defMap, "data", 2))},
 	})
-	// The AUTH token: 64 letters and digits (ElastiCache: 16-128 printable,
-	// no @ " /), the secret string itself.
-	hasProps(t, tpl, "AWS::SecretsManager::Secret", props{
-		"GenerateSecretString": props{"PasswordLength": 64, "ExcludePunctuation": true, "IncludeSpace": false},
-	})
+	// The users' passwords: 64 letters and digits (ElastiCache: 16-128
+	// printable, no @ " /, no space), each secret string the password itself.
+	for _, name := range functionNames {
+		check(t, name+"'s Redis password", func() {
+			tpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), assertions.Match_Exact(props{
+				"Description":          "Hourglass: the " + name + " function's ElastiCache password (user hourglass-" + name + ")",
+				"GenerateSecretString": props{"PasswordLength": 64, "ExcludePunctuation": true, "IncludeSpace": false},
+			}))
+		})
+	}
 }
 
 func TestNetwork(t *testing.T) {
@@ -677,7 +688,8 @@ func TestOutputs(t *testing.T) {
 	f := stacks(t)
 	for _, out := range []string{"ApiUrl", "WorkQueueUrl", "DeadLetterQueueUrl", "FinanceTopicArn", "AlarmTopicArn",
 		"FinanceQueueUrl", "FinanceDeadLetterQueueUrl", "OrdersTopicArn", "OrdersQueueUrl", "OrdersDeadLetterQueueUrl",
-		"RedisConfigurationEndpoint", "RedisAuthSecretArn", "DashboardUrl",
+		"RedisConfigurationEndpoint", "DashboardUrl",
+		"RedisEnqueueSecretArn", "RedisSeckillSecretArn", "RedisPollerSecretArn", "RedisConsumerSecretArn", "RedisOperatorSecretArn",
 		"EnqueueLogGroup", "SeckillLogGroup", "PollerLogGroup", "ConsumerLogGroup"} {
 		check(t, "output "+out, func() { f.defTpl.HasOutput(jsii.String(out), assertions.Match_AnyValue()) })
 	}

@@ -131,9 +131,8 @@ func (r *remote) call(ctx context.Context, args []string) (OperatorResult, error
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	sum := sha256.Sum256(body)
-	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", r.region, r.now()); err != nil {
-		return OperatorResult{}, fmt.Errorf("sign: %w", err)
+	if err := signExecuteAPI(ctx, req, body, creds, r.region, r.now()); err != nil {
+		return OperatorResult{}, err
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
@@ -152,6 +151,16 @@ func (r *remote) call(ctx context.Context, args []string) (OperatorResult, error
 		return OperatorResult{}, fmt.Errorf("%s answered 200 with no command result: %w", r.endpoint, err)
 	}
 	return res, nil
+}
+
+// signExecuteAPI signs req, whose body is body, with SigV4 for API
+// Gateway's IAM authorization (service execute-api) in region.
+func signExecuteAPI(ctx context.Context, req *http.Request, body []byte, creds aws.Credentials, region string, now time.Time) error {
+	sum := sha256.Sum256(body)
+	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", region, now); err != nil {
+		return fmt.Errorf("sign: %w", err)
+	}
+	return nil
 }
 
 // refusal describes a non-200 answer: the problem's code and detail, and

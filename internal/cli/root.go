@@ -71,7 +71,8 @@ func root() *cobra.Command {
 		Short: "Delayed withdrawals and flash sales on Redis",
 		Long: `hourglass runs Hourglass locally (serve) and operates a running one: its
 queues (stats, peek, dead), its flash sales (preheat), its ledger (reconcile) and
-the payouts only an operator can settle (payouts).
+the payouts only an operator can settle (payouts); smoke proves a deployed stack
+end to end (docs/deploy.md#smoke-test).
 
 The operator commands talk to Redis directly: they read REDIS_URL (required),
 HOURGLASS_REDIS_PREFIX, HOURGLASS_QUEUE_SHARDS and the ledger settings
@@ -98,7 +99,7 @@ quiet when it is not. --json prints machine-readable output on standard output.`
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd(), withdrawalsCmd(), signCmd())
+	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd(), withdrawalsCmd(), signCmd(), smokeCmd())
 	return cmd
 }
 

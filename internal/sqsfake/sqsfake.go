@@ -1,6 +1,7 @@
 // Package sqsfake is an SQS endpoint for tests: an HTTP server speaking SQS's
 // JSON protocol (awsJson1_0) for SendMessageBatch, which is all the poller
-// sends, and a queue behind it that hands the accepted messages out the way
+// sends, SendMessage and GetQueueAttributes (hourglass smoke's), and a queue
+// behind it that hands the accepted messages out the way
 // Lambda's SQS event source does (see EventSource). Point a real SDK client at
 // it with Client, or a process with AWS_ENDPOINT_URL_SQS=URL.
 package sqsfake
@@ -43,6 +44,9 @@ type Server struct {
 	Fail func(call int, entries []Entry) bool
 	// Hold keeps each call open this long, so that calls overlap.
 	Hold time.Duration
+	// Attributes answer GetQueueAttributes (names as SQS spells them,
+	// VisibilityTimeout, RedrivePolicy, ...), whatever the queue URL.
+	Attributes map[string]string
 
 	// Calls counts the calls; MaxInFlight is the most that were open at once.
 	Calls       atomic.Int64
@@ -121,14 +125,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(s.Hold)
 	}
 
+	target := r.Header.Get("X-Amz-Target")
 	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/x-amz-json-1.0" ||
-		r.Header.Get("X-Amz-Target") != "AmazonSQS.SendMessageBatch" {
+		!slices.Contains([]string{"AmazonSQS.SendMessageBatch", "AmazonSQS.SendMessage", "AmazonSQS.GetQueueAttributes"}, target) {
 		jsonError(w, http.StatusBadRequest, "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation;Sender",
-			fmt.Sprintf("unexpected %s %q target %q", r.Method, r.Header.Get("Content-Type"), r.Header.Get("X-Amz-Target")))
+			fmt.Sprintf("unexpected %s %q target %q", r.Method, r.Header.Get("Content-Type"), target))
 		return
 	}
 	if r.Header.Get("Authorization") == "" {
 		jsonError(w, http.StatusForbidden, "MissingAuthenticationToken", "", "request is not signed")
+		return
+	}
+	switch target {
+	case "AmazonSQS.SendMessage":
+		s.sendOne(w, r, call)
+		return
+	case "AmazonSQS.GetQueueAttributes":
+		s.attributes(w, r)
 		return
 	}
 	var req Request
@@ -179,6 +192,57 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
+// sendOne answers SendMessage: the message joins the queue as a batch's
+// entry would, recorded as a request of one entry whose Id is "single".
+func (s *Server) sendOne(w http.ResponseWriter, r *http.Request, call int) {
+	var in struct {
+		QueueUrl string
+		Entry
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || in.QueueUrl == "" || in.MessageBody == "" {
+		jsonError(w, http.StatusBadRequest, "InvalidParameterValue", "", fmt.Sprintf("SendMessage needs QueueUrl and MessageBody (%v)", err))
+		return
+	}
+	in.Id = "single"
+	now := time.Now()
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{QueueUrl: in.QueueUrl, Entries: []Entry{in.Entry}})
+	s.seq++
+	id := fmt.Sprintf("msg-%d-%d-%s", s.seq, call, in.Id)
+	delay := time.Duration(0)
+	if in.DelaySeconds != nil {
+		delay = time.Duration(*in.DelaySeconds) * time.Second
+	}
+	s.queue = append(s.queue, &message{id: id, entry: in.Entry, sentAt: now, visibleAt: now.Add(delay)})
+	s.mu.Unlock()
+	sum := md5.Sum([]byte(in.MessageBody))
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": id, "MD5OfMessageBody": hex.EncodeToString(sum[:])})
+}
+
+// attributes answers GetQueueAttributes from Attributes: the names asked
+// for, or every one for "All".
+func (s *Server) attributes(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		QueueUrl       string
+		AttributeNames []string
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.QueueUrl == "" {
+		jsonError(w, http.StatusBadRequest, "InvalidParameterValue", "", fmt.Sprintf("GetQueueAttributes needs QueueUrl (%v)", err))
+		return
+	}
+	out := map[string]string{}
+	for k, v := range s.Attributes {
+		if slices.Contains(in.AttributeNames, k) || slices.Contains(in.AttributeNames, "All") {
+			out[k] = v
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	_ = json.NewEncoder(w).Encode(map[string]any{"Attributes": out})
+}
+
 // jsonError writes an awsJson1_0 error: {"__type","message"}, with the
 // query-compatible error code header SQS sends beside it.
 func jsonError(w http.ResponseWriter, status int, typ, queryErr, msg string) {
@@ -190,7 +254,8 @@ func jsonError(w http.ResponseWriter, status int, typ, queryErr, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": typ, "message": msg})
 }
 
-// Requests returns the SendMessageBatch calls recorded so far.
+// Requests returns the SendMessageBatch and SendMessage calls recorded so
+// far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()

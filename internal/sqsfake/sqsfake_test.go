@@ -128,3 +128,31 @@ func TestEventSourceUnknownFailureIDFailsTheBatch(t *testing.T) {
 type invoker func([]byte) ([]byte, error)
 
 func (f invoker) Invoke(_ context.Context, p []byte) ([]byte, error) { return f(p) }
+
+// TestSendMessageAndAttributes: a real SDK client's SendMessage joins the
+// queue (its checksum checked by the client), and GetQueueAttributes
+// answers what the test set.
+func TestSendMessageAndAttributes(t *testing.T) {
+	s := sqsfake.New(t)
+	s.Attributes = map[string]string{"VisibilityTimeout": "270", "RedrivePolicy": `{"maxReceiveCount":5}`}
+	ctx := context.Background()
+	out, err := s.Client().SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(sqsfake.QueueURL), MessageBody: aws.String(`{"x":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Receive(10, time.Minute)
+	if len(got) != 1 || got[0].Body != `{"x":1}` || got[0].MessageId != aws.ToString(out.MessageId) {
+		t.Fatalf("queued %+v after SendMessage answered %q", got, aws.ToString(out.MessageId))
+	}
+	if reqs := s.Requests(); len(reqs) != 1 || reqs[0].Entries[0].MessageBody != `{"x":1}` {
+		t.Fatalf("requests %+v", reqs)
+	}
+	attrs, err := s.Client().GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(sqsfake.QueueURL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attrs.Attributes) != 1 || attrs.Attributes["VisibilityTimeout"] != "270" {
+		t.Fatalf("attributes %v", attrs.Attributes)
+	}
+}

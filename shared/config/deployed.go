@@ -23,12 +23,12 @@ type Channel struct {
 	URLSetting, URL string
 }
 
-// Channels lists every secret a function may use, the Redis AUTH token
-// first.
+// Channels lists every secret a function may use, its Redis user's
+// password first.
 func (c Config) Channels() []Channel {
 	return []Channel{
 		{Setting: "REDIS_URL's password", IDSetting: "REDIS_AUTH_SECRET_ID", ID: c.RedisAuthSecretID,
-			What: "Redis's AUTH token"},
+			What: "its Redis user's password"},
 		{Setting: "PAYOUT_SIGNING_SECRET", IDSetting: "PAYOUT_SIGNING_SECRET_ID", ID: c.PayoutSecretID,
 			What: "the signing key of payout requests", Dev: "dev-secret", URLSetting: "PAYOUT_URL", URL: c.PayoutURL},
 		{Setting: "FINANCE_SIGNING_SECRET", IDSetting: "FINANCE_SIGNING_SECRET_ID", ID: c.FinanceSecretID,

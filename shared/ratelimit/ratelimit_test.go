@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/ratelimit"
 )
 
@@ -205,24 +206,28 @@ func TestRefusalsAreRemembered(t *testing.T) {
 	rdb := srv.Client(t)
 	var hook countingHook
 	rdb.AddHook(&hook)
+	clk := clock.NewFake(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
 	l := ratelimit.New(rdb, "hg:", map[ratelimit.Family]ratelimit.Rule{
 		ratelimit.Purchase: {User: mustParse(t, "1/300ms")},
-	}, nil)
+	}, clk)
 	ctx := context.Background()
 	if d, err := l.Allow(ctx, ratelimit.Purchase, "bot", ""); err != nil || !d.Allowed {
 		t.Fatalf("first: %+v %v", d, err)
 	}
-	if d, _ := l.Allow(ctx, ratelimit.Purchase, "bot", ""); d.Allowed {
-		t.Fatal("second allowed")
+	refused, _ := l.Allow(ctx, ratelimit.Purchase, "bot", "")
+	if refused.Allowed || refused.RetryAfter <= 0 || refused.RetryAfter > 300*time.Millisecond {
+		t.Fatalf("second: %+v, want refused for at most 300ms", refused)
 	}
 	calls := hook.n.Load()
-	last := time.Hour
-	for range 100 {
+	for i := range 100 {
+		// The refusal is remembered until the time Redis gave, and counts
+		// down on the limiter's clock.
+		clk.Advance(refused.RetryAfter / 200)
 		d, err := l.Allow(ctx, ratelimit.Purchase, "bot", "")
-		if err != nil || d.Allowed || d.By != ratelimit.ByUser || d.RetryAfter <= 0 || d.RetryAfter > last {
-			t.Fatalf("remembered refusal: %+v %v (last retry %s)", d, err, last)
+		elapsed := refused.RetryAfter / 200 * time.Duration(i+1)
+		if err != nil || d.Allowed || d.By != ratelimit.ByUser || d.RetryAfter != refused.RetryAfter-elapsed {
+			t.Fatalf("remembered refusal %d: %+v %v, want retry in %s", i, d, err, refused.RetryAfter-elapsed)
 		}
-		last = d.RetryAfter
 	}
 	if got := hook.n.Load() - calls; got != 0 {
 		t.Errorf("%d Redis calls for 100 refusals of a spent budget, want 0", got)
@@ -230,14 +235,27 @@ func TestRefusalsAreRemembered(t *testing.T) {
 	if got := l.Stats()[ratelimit.Purchase].RefusedUser; got != 101 {
 		t.Errorf("refused %d, want 101", got)
 	}
-	// Other users are not affected, and the bot is allowed again once its
-	// retry time has passed.
+	// Other users are not affected.
 	if d, _ := l.Allow(ctx, ratelimit.Purchase, "someone", ""); !d.Allowed {
 		t.Error("another user refused")
 	}
-	time.Sleep(last + 10*time.Millisecond)
+	// Once its retry time has passed on the clock, the limiter asks Redis
+	// again, and Redis decides: here the budget has refilled (its bucket is
+	// gone, as it is once the period has passed on Redis's own clock).
+	keys, err := rdb.Keys(ctx, "hg:rl:*:u:bot").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the bot's bucket: %v %v", keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(refused.RetryAfter)
+	calls = hook.n.Load()
 	if d, err := l.Allow(ctx, ratelimit.Purchase, "bot", ""); err != nil || !d.Allowed {
 		t.Errorf("after the retry time: %+v %v", d, err)
+	}
+	if got := hook.n.Load() - calls; got == 0 {
+		t.Error("past its retry time the refusal was still answered from memory")
 	}
 }
 

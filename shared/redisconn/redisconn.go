@@ -65,7 +65,7 @@ type Options struct {
 	PoolSize int
 	// MaxRetries is retries after a network error; -1 means none.
 	MaxRetries int
-	// Password, if set, replaces the URL's (an ElastiCache AUTH token read
+	// Password, if set, replaces the URL's (an ElastiCache user's password read
 	// from Secrets Manager, so it never sits in the environment).
 	Password string
 	// Secret, if set, replaces both: every new connection authenticates
@@ -100,6 +100,7 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		// One dial per attempt: MaxRetries already retries, and go-redis's
 		// default of 5 dials multiplies every timeout.
 		co.DialerRetries = pick(co.DialerRetries, 1)
+		co.DisableIdentity = true // see o.DisableIdentity below
 		co.ContextTimeoutEnabled = true
 		co.Protocol = pick(co.Protocol, protocol)
 		if opts.Secret != nil {
@@ -121,6 +122,10 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 	o.PoolSize = pick(opts.PoolSize, o.PoolSize, 0)
 	o.MaxRetries = pick(opts.MaxRetries, o.MaxRetries, DefaultMaxRetries)
 	o.DialerRetries = 1
+	// No CLIENT SETINFO on connect: each function's Redis user may send
+	// only the commands its work needs (package redisacl), and a refused
+	// SETINFO, which go-redis ignores, would still fill the ACL log.
+	o.DisableIdentity = true
 	// Context deadlines (the Lambda's, Ping's) then bound socket I/O too.
 	o.ContextTimeoutEnabled = true
 	o.Protocol = pick(o.Protocol, protocol)

@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/jsii-runtime-go"
@@ -79,10 +83,55 @@ func (s *HourglassStack) newTable(id string, schema *dynamodb.CreateTableInput, 
 	return t
 }
 
-// tableActions are the DynamoDB actions of the ledger's client interface,
-// ledger.DynamoAPI, one per method: the functions may call exactly what the
-// code can.
-var tableActions = func() []string {
+// ledgerIndex names an index of a ledger table as a grant does.
+func ledgerIndex(table, index string) string { return table + "/index/" + index }
+
+// ledgerUse is what each function does on the ledger's tables: the
+// DynamoDB actions it calls, by table (its schema name, schemaNames) or by
+// index (ledgerIndex), and nothing more. TestLedgerCallsAreGranted drives
+// each function's operations against dynalite and checks both ways: every
+// call made is granted here, and every grant here is used.
+//
+//   - enqueue: the withdrawal API reserves, completes and releases
+//     idempotency keys (a key no create was sent for is deleted: the only
+//     DeleteItem), creates, reads, lists (by_user) and moves withdrawals;
+//     the payout callbacks move them; a payment confirmation settles an
+//     order.
+//   - poller: the reconciler walks by_state and marks the withdrawals it
+//     promotes into Redis (it reads them from the index, never by key); the flash-sale compensation voids the order id of a
+//     purchase it releases (a conditional put; an id an order took is read
+//     back when the failed put does not return it, ledger claimOrder).
+//   - consumer: moves withdrawals through a payout; makes, reads and
+//     expires orders.
+//   - operator: payouts unresolved walks by_state; payouts resolve reads
+//     and settles a withdrawal; reconcile does what the poller's passes do.
+//   - seckill: the flash-sale API works on Redis alone.
+var ledgerUse = map[string]map[string][]string{
+	fnEnqueue: {
+		schemaNames.Withdrawals:                                  {"GetItem", "PutItem", "UpdateItem"},
+		ledgerIndex(schemaNames.Withdrawals, ledger.IndexByUser): {"Query"},
+		schemaNames.Idempotency:                                  {"GetItem", "PutItem", "UpdateItem", "DeleteItem"},
+		schemaNames.Orders:                                       {"GetItem", "UpdateItem"},
+	},
+	fnPoller: {
+		schemaNames.Withdrawals:                                   {"UpdateItem"},
+		ledgerIndex(schemaNames.Withdrawals, ledger.IndexByState): {"Query"},
+		schemaNames.Orders:                                        {"GetItem", "PutItem"},
+	},
+	fnConsumer: {
+		schemaNames.Withdrawals: {"GetItem", "UpdateItem"},
+		schemaNames.Orders:      {"GetItem", "PutItem", "UpdateItem"},
+	},
+	fnOperator: {
+		schemaNames.Withdrawals:                                   {"GetItem", "UpdateItem"},
+		ledgerIndex(schemaNames.Withdrawals, ledger.IndexByState): {"Query"},
+		schemaNames.Orders:                                        {"GetItem", "PutItem"},
+	},
+}
+
+// ledgerActions are the DynamoDB actions of the ledger's client interface,
+// ledger.DynamoAPI, one per method: no function may be granted another.
+var ledgerActions = func() []string {
 	api := reflect.TypeOf((*ledger.DynamoAPI)(nil)).Elem()
 	actions := make([]string, api.NumMethod())
 	for i := range actions {
@@ -90,3 +139,28 @@ var tableActions = func() []string {
 	}
 	return actions
 }()
+
+// ledgerTable is the table of a ledgerUse resource, by schema name.
+func (s *HourglassStack) ledgerTable(name string) awsdynamodb.Table {
+	return map[string]awsdynamodb.Table{
+		schemaNames.Withdrawals: s.Withdrawals, schemaNames.Orders: s.Orders, schemaNames.Idempotency: s.Idempotency,
+	}[name]
+}
+
+// allowLedger grants fn what ledgerUse lists for it, one statement per
+// table or index, each resource named (no index/* wildcard).
+func (s *HourglassStack) allowLedger(fn awslambda.Function, name string) {
+	use := ledgerUse[name]
+	for _, res := range slices.Sorted(maps.Keys(use)) {
+		table, index, _ := strings.Cut(res, "/index/")
+		arn := s.ledgerTable(table).TableArn()
+		if index != "" {
+			arn = jsii.String(*arn + "/index/" + index)
+		}
+		actions := make([]string, len(use[res]))
+		for i, a := range use[res] {
+			actions[i] = "dynamodb:" + a
+		}
+		allow(fn, actions, arn)
+	}
+}

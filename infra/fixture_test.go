@@ -265,3 +265,21 @@ func propsOf(res map[string]any) map[string]any {
 	p, _ := res["Properties"].(map[string]any)
 	return p
 }
+
+// aStack is one synthesized stack of the fixtures, by what sets it apart.
+type aStack struct {
+	name  string
+	stack *HourglassStack
+	tpl   map[string]any
+}
+
+// everyStack is every stack the policy and network tests evaluate: the
+// default (cdk.json), every option set (with secrets by name and by
+// complete ARN) and the dev profile (-c profile=dev).
+func everyStack(t *testing.T) []aStack {
+	t.Helper()
+	f, p := stacks(t), profileStacks(t)
+	return []aStack{
+		{"default", f.def, f.defMap}, {"options", f.opt, f.optMap}, {"complete ARNs", f.acct, f.acctMap}, {"dev", p.dev, p.devMap},
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -84,18 +83,6 @@ func allow(fn awslambda.Function, actions []string, resources ...*string) {
 		Actions:   jsii.Strings(actions...),
 		Resources: &resources,
 	}))
-}
-
-// allowTables lets fn use tables and their indexes, named one by one.
-func (s *HourglassStack) allowTables(fn awslambda.Function, actions []string, tables ...awsdynamodb.Table) {
-	var resources []*string
-	for _, t := range tables {
-		resources = append(resources, t.TableArn())
-		for _, index := range s.indexes[t] {
-			resources = append(resources, jsii.String(*t.TableArn()+"/index/"+index))
-		}
-	}
-	allow(fn, actions, resources...)
 }
 
 type functionSpec struct {
@@ -215,27 +202,18 @@ func (s *HourglassStack) createFunctions() error {
 	// Each role reaches only what its function uses, with actions spelled
 	// out (the CDK's grant helpers add kms:ReEncrypt*, GenerateDataKey* and
 	// index/* wildcards these functions do not need).
-	enqueue, poller, consumer, operator := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer], s.Functions[fnOperator]
+	enqueue, poller, consumer := s.Functions[fnEnqueue], s.Functions[fnPoller], s.Functions[fnConsumer]
 	// Each function reads its own Redis user's password, no other's.
 	for name, fn := range s.Functions {
 		allow(fn, secretActions, s.RedisSecrets[name].SecretArn())
 	}
-	// The ledger (HOURGLASS_LEDGER=dynamodb): the withdrawal API keeps
-	// withdrawals and idempotency records and applies the providers'
-	// callbacks (a payment confirmation settles a flash-sale order, so it
-	// reaches the orders table too); the poller's reconciler reads withdrawals (by_state), and
-	// its flash-sale compensation reads orders and voids the order id of a
-	// purchase it releases; the consumer moves withdrawals through their
-	// states and makes (or voids) orders. The flash-sale API works on Redis
-	// alone.
-	s.allowTables(enqueue, tableActions, s.Withdrawals, s.Idempotency, s.Orders)
-	s.allowTables(poller, tableActions, s.Withdrawals, s.Orders)
-	s.allowTables(consumer, tableActions, s.Withdrawals, s.Orders)
-	// The operator commands: payouts unresolved|resolve read and settle
-	// withdrawals; reconcile runs the poller's reconciler and compensation
-	// (withdrawals, orders); stats, dead and peek work on Redis alone. Its
-	// AUTH secret is granted above; nothing else (no queue, topic or key).
-	s.allowTables(operator, tableActions, s.Withdrawals, s.Orders)
+	// The ledger (HOURGLASS_LEDGER=dynamodb): each function's own actions
+	// on each table and index it uses (ledgerUse); the flash-sale API works
+	// on Redis alone. The operator's AUTH secret is granted above; nothing
+	// else (no queue, topic or key).
+	for _, name := range functionNames {
+		s.allowLedger(s.Functions[name], name)
+	}
 	allow(poller, []string{"sqs:SendMessage"}, s.WorkQueue.QueueArn())
 	allow(consumer, []string{"sns:Publish"}, s.FinanceTopic.TopicArn(), s.OrdersTopic.TopicArn())
 	// SQS and SNS encrypt with the data key on the sender's behalf.
@@ -255,7 +233,6 @@ func (s *HourglassStack) createFunctions() error {
 	}
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PayoutWebhookSecretName))
 	allow(enqueue, secretActions, s.secretGrant(s.settings.PaymentsSecretName))
-	s.allowWebhookPorts()
 
 	s.createAliases()
 	s.invoked(fnConsumer).AddEventSource(awslambdaeventsources.NewSqsEventSource(s.WorkQueue, &awslambdaeventsources.SqsEventSourceProps{
@@ -265,29 +242,6 @@ func (s *HourglassStack) createFunctions() error {
 		MaxConcurrency:          jsii.Number(float64(s.settings.ConsumerMaxConcurrency)),
 	}))
 	return nil
-}
-
-// allowWebhookPorts lets the functions reach finance's and the order
-// events' webhooks on their ports when those are neither the payout
-// provider's nor HTTPS's, which the network opens already.
-func (s *HourglassStack) allowWebhookPorts() {
-	payout, _ := payoutPort(s.settings.PayoutURL)
-	opened := map[int]bool{payout: true, 443: true}
-	for _, w := range []struct{ url, desc string }{
-		{s.settings.FinanceWebhookURL, "Finance webhook over TLS"},
-		{s.settings.OrdersWebhookURL, "Order events webhook over TLS"},
-	} {
-		if w.url == "" {
-			continue
-		}
-		port, _ := payoutPort(w.url) // checked by SettingsFrom
-		if opened[port] {
-			continue
-		}
-		opened[port] = true
-		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
-			jsii.String(w.desc), nil)
-	}
 }
 
 // baseEnv is what every function reads; function name's own Redis user.
@@ -346,22 +300,20 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		env[k] = v
 	}
 	props := &awslambda.FunctionProps{
-		Description:  jsii.String(spec.description),
-		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
-		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(s.codePath(spec.name)), nil),
-		MemorySize:   jsii.Number(spec.memoryMB),
-		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
-		Environment:  &env,
-		Role:         role,
-		Vpc:          s.Vpc,
-		VpcSubnets:   &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
-		SecurityGroups: &[]awsec2.ISecurityGroup{
-			s.FunctionsSG,
-		},
-		LogGroup:      logs,
-		LoggingFormat: awslambda.LoggingFormat_JSON,
+		Description:    jsii.String(spec.description),
+		Runtime:        awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:   awslambda.Architecture_ARM_64(),
+		Handler:        jsii.String("bootstrap"),
+		Code:           awslambda.Code_FromAsset(jsii.String(s.codePath(spec.name)), nil),
+		MemorySize:     jsii.Number(spec.memoryMB),
+		Timeout:        awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		Environment:    &env,
+		Role:           role,
+		Vpc:            s.Vpc,
+		VpcSubnets:     &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
+		SecurityGroups: &[]awsec2.ISecurityGroup{s.SecurityGroups[spec.name]},
+		LogGroup:       logs,
+		LoggingFormat:  awslambda.LoggingFormat_JSON,
 		// The functions log JSON lines (log/slog) and filter by
 		// HOURGLASS_LOG_LEVEL themselves; Lambda drops DEBUG lines as well,
 		// should a function be set lower, and passes the EMF metric lines,

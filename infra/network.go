@@ -6,6 +6,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/customresources"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -22,19 +24,55 @@ const (
 // that first (cdk-nag AwsSolutions-AEC5).
 const redisPort = 6380
 
-// interfaceEndpoints are the AWS services the functions call from the VPC:
-// the poller sends to SQS, the consumer publishes to SNS, every function reads
-// a secret at cold start. DynamoDB has a gateway endpoint. CloudWatch Logs is
-// not called from the VPC: Lambda ships the functions' stdout itself (and the
-// metrics are EMF log lines), and SQS, SNS and Secrets Manager call KMS on
-// their callers' behalf.
+// AWS services the functions call from the VPC through an interface
+// endpoint, by the name functionReach uses. DynamoDB has a gateway
+// endpoint. CloudWatch Logs is not called from the VPC: Lambda ships the
+// functions' stdout itself (and the metrics are EMF log lines), and SQS,
+// SNS and Secrets Manager call KMS on their callers' behalf.
+const (
+	endpointSQS     = "sqs"
+	endpointSNS     = "sns"
+	endpointSecrets = "secretsmanager"
+)
+
+// interfaceEndpoints are those endpoints, each with a security group of its
+// own, so that a function admitted to one reaches no other.
 var interfaceEndpoints = []struct {
-	id      string
-	service func() awsec2.InterfaceVpcEndpointAwsService
+	name, id string
+	service  func() awsec2.InterfaceVpcEndpointAwsService
 }{
-	{"SqsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SQS},
-	{"SnsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SNS},
-	{"SecretsManagerEndpoint", awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER},
+	{endpointSQS, "SqsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SQS},
+	{endpointSNS, "SnsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SNS},
+	{endpointSecrets, "SecretsManagerEndpoint", awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER},
+}
+
+// reach is what one function's security group lets it open connections
+// to, besides Redis, which every function uses.
+type reach struct {
+	// endpoints: the interface endpoints of the AWS services it calls.
+	endpoints []string
+	// dynamodb: the ledger's tables, through the gateway endpoint.
+	dynamodb bool
+	// internet: the payout provider and finance's and the order events'
+	// webhooks, on their ports (allowInternetPorts).
+	internet bool
+}
+
+// functionReach is each function's reach, read off its code: every
+// function reads its secrets from Secrets Manager at cold start (the Redis
+// AUTH token, app.OpenSecrets); the poller sends to SQS (dispatch.NewSQS);
+// the consumer publishes to SNS (finance.NewSNS, the order events) and is
+// the only one that calls out of AWS (payout.New, finance's and the order
+// events' webhooks, all through signedpost). The poller's reconciler and
+// the operator's `payouts resolve` work on the ledger and Redis alone (an
+// operator looks a payout up at the provider by hand, cli payouts), and
+// the flash-sale API on Redis alone.
+var functionReach = map[string]reach{
+	fnEnqueue:  {endpoints: []string{endpointSecrets}, dynamodb: true},
+	fnSeckill:  {endpoints: []string{endpointSecrets}},
+	fnPoller:   {endpoints: []string{endpointSecrets, endpointSQS}, dynamodb: true},
+	fnConsumer: {endpoints: []string{endpointSecrets, endpointSNS}, dynamodb: true, internet: true},
+	fnOperator: {endpoints: []string{endpointSecrets}, dynamodb: true},
 }
 
 func (s *HourglassStack) createKeys() {
@@ -113,35 +151,46 @@ func (s *HourglassStack) createNetwork() {
 		"The CDK's custom resource that strips the default security group's rules runs at deployment only and calls "+
 			"the EC2 API alone; inside the VPC it would need a NAT route or an EC2 endpoint and would serve no request.")
 
-	s.FunctionsSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("FunctionsSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              s.Vpc,
-		Description:      jsii.String("Hourglass Lambda functions: Redis, AWS endpoints and the payout provider only"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
 	s.RedisSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("RedisSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              s.Vpc,
-		Description:      jsii.String("Hourglass ElastiCache: admits the functions on the Redis port only"),
+		Description:      jsii.String("Hourglass ElastiCache: admits the security group of each function on the Redis port only"),
 		AllowAllOutbound: jsii.Bool(false),
 	})
-	s.EndpointsSG = awsec2.NewSecurityGroup(s.Stack, jsii.String("EndpointsSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              s.Vpc,
-		Description:      jsii.String("Hourglass VPC interface endpoints: admit the functions on HTTPS"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
-
+	for _, ep := range interfaceEndpoints {
+		s.EndpointSGs[ep.name] = awsec2.NewSecurityGroup(s.Stack, jsii.String(ep.id+"SecurityGroup"), &awsec2.SecurityGroupProps{
+			Vpc:              s.Vpc,
+			Description:      jsii.String("Hourglass " + ep.name + " VPC endpoint: admits the functions that call it on HTTPS"),
+			AllowAllOutbound: jsii.Bool(false),
+		})
+	}
+	// A security group per function, each opening only what its function
+	// calls (functionReach); rules between groups are resources of their
+	// own, so the groups can name each other.
 	redis := awsec2.Port_Tcp(jsii.Number(redisPort))
 	https := awsec2.Port_Tcp(jsii.Number(443))
-	s.RedisSG.AddIngressRule(s.FunctionsSG, redis, jsii.String("Hourglass functions to Redis"), nil)
-	s.FunctionsSG.AddEgressRule(s.RedisSG, redis, jsii.String("Redis"), nil)
-	s.EndpointsSG.AddIngressRule(s.FunctionsSG, https, jsii.String("Hourglass functions to AWS APIs"), nil)
-	// HTTPS anywhere: the payout provider, which lives outside AWS, and
-	// DynamoDB through its gateway endpoint (a prefix list route).
-	port, _ := payoutPort(s.settings.PayoutURL) // checked by SettingsFrom
-	s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
-		jsii.String("Payout provider and DynamoDB over TLS"), nil)
-	if port != 443 {
-		s.FunctionsSG.AddEgressRule(awsec2.Peer_AnyIpv4(), https, jsii.String("DynamoDB over TLS"), nil)
+	var dynamodb awsec2.IPeer
+	for _, name := range functionNames {
+		r := functionReach[name]
+		sg := awsec2.NewSecurityGroup(s.Stack, jsii.String(fnID(name)+"SecurityGroup"), &awsec2.SecurityGroupProps{
+			Vpc:              s.Vpc,
+			Description:      jsii.String("Hourglass " + name + " function: Redis and the services it calls only"),
+			AllowAllOutbound: jsii.Bool(false),
+		})
+		s.SecurityGroups[name] = sg
+		s.RedisSG.AddIngressRule(sg, redis, jsii.String("Hourglass "+name+" function to Redis"), nil)
+		sg.AddEgressRule(s.RedisSG, redis, jsii.String("Redis"), nil)
+		for _, ep := range r.endpoints {
+			s.EndpointSGs[ep].AddIngressRule(sg, https, jsii.String("Hourglass "+name+" function to "+ep), nil)
+			sg.AddEgressRule(s.EndpointSGs[ep], https, jsii.String(ep+" VPC endpoint"), nil)
+		}
+		if r.dynamodb {
+			if dynamodb == nil {
+				dynamodb = awsec2.Peer_PrefixList(s.dynamoDBPrefixList())
+			}
+			sg.AddEgressRule(dynamodb, https, jsii.String("DynamoDB through its gateway endpoint"), nil)
+		}
 	}
+	s.allowInternetPorts()
 
 	// An endpoint's interface in each of the profile's first AZs; the
 	// functions in another AZ reach it across zones (private DNS answers
@@ -153,9 +202,101 @@ func (s *HourglassStack) createNetwork() {
 			Service:           ep.service(),
 			Subnets:           &awsec2.SubnetSelection{Subnets: &endpointSubnets},
 			PrivateDnsEnabled: jsii.Bool(true),
-			SecurityGroups:    &[]awsec2.ISecurityGroup{s.EndpointsSG},
-			// Only the functions' security group, not the whole VPC.
+			SecurityGroups:    &[]awsec2.ISecurityGroup{s.EndpointSGs[ep.name]},
+			// Only the security groups of its callers, not the whole VPC.
 			Open: jsii.Bool(false),
 		})
+	}
+}
+
+// dynamoDBPrefixList is the id of the region's AWS-managed prefix list of
+// DynamoDB (com.amazonaws.<region>.dynamodb): the addresses the gateway
+// endpoint routes, so a rule to it opens DynamoDB and nothing else. AWS
+// assigns the id per region, and neither the endpoint nor any
+// CloudFormation attribute tells it; a context lookup would pin the
+// template to one account and region at synthesis. So the stack asks EC2
+// at deployment.
+func (s *HourglassStack) dynamoDBPrefixList() *string {
+	const field = "PrefixLists.0.PrefixListId"
+	call := &customresources.AwsSdkCall{
+		Service: jsii.String("EC2"),
+		Action:  jsii.String("DescribeManagedPrefixLists"),
+		Parameters: map[string]any{"Filters": []any{map[string]any{
+			"Name":   "prefix-list-name",
+			"Values": []any{awscdk.Fn_Join(jsii.String(""), jsii.Strings("com.amazonaws.", *s.Stack.Region(), ".dynamodb"))},
+		}}},
+		PhysicalResourceId: customresources.PhysicalResourceId_FromResponse(jsii.String(field)),
+		OutputPaths:        jsii.Strings(field),
+	}
+	lookup := customresources.NewAwsCustomResource(s.Stack, jsii.String("DynamoDbPrefixList"), &customresources.AwsCustomResourceProps{
+		OnCreate: call,
+		OnUpdate: call,
+		// EC2's Describe actions take no resource ARN: "*" is all they
+		// can be granted on.
+		Policy: customresources.AwsCustomResourcePolicy_FromSdkCalls(&customresources.SdkCallsPolicyOptions{
+			Resources: customresources.AwsCustomResourcePolicy_ANY_RESOURCE(),
+		}),
+		InstallLatestAwsSdk: jsii.Bool(false),
+	})
+	suppress(lookup.Node().FindChild(jsii.String("CustomResourcePolicy")), "AwsSolutions-IAM5",
+		"Resource '*' is only on ec2:DescribeManagedPrefixLists, which EC2 does not scope to resources; the "+
+			"deployment-time lookup of DynamoDB's prefix list reads nothing else.", "Resource::*")
+	// The CDK's one function behind every AwsCustomResource of the stack.
+	provider := s.Stack.Node().FindChild(jsii.String(awsCustomResourceProvider))
+	suppress(provider.Node().FindChild(jsii.String("ServiceRole")), "AwsSolutions-IAM4",
+		"AWSLambdaBasicExecutionRole lets the CDK's deployment-time lookup function write its own logs; it runs "+
+			"during deployments only and holds no data.",
+		"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole")
+	suppressGuard(provider, "lambda_inside_vpc_check",
+		"The CDK's function behind the DynamoDB prefix-list lookup runs at deployment only and calls the EC2 API "+
+			"alone; inside the VPC it would need a NAT route or an EC2 endpoint and would serve no request.")
+	// Its log group, where the CDK makes one (@aws-cdk/aws-lambda:useCdkManagedLogGroup).
+	for _, c := range *provider.Node().FindAll(constructs.ConstructOrder_PREORDER) {
+		if res, ok := c.(awscdk.CfnResource); ok && *res.CfnResourceType() == "AWS::Logs::LogGroup" {
+			suppressGuard(res, guardLogKMS, guardLogKMSReason)
+		}
+	}
+	return lookup.GetResponseField(jsii.String(field))
+}
+
+// awsCustomResourceProvider is the construct id the CDK gives the function
+// behind AwsCustomResource (a singleton per stack).
+const awsCustomResourceProvider = "AWS679f53fac002430cb0da5b7982bd2287"
+
+// allowInternetPorts lets the functions that call out of AWS
+// (functionReach) reach the payout provider's port and finance's and the
+// order events' webhooks' ports, on any address: the internet, through the
+// NAT gateways. HTTPS to AWS takes the endpoints' rules, never these.
+func (s *HourglassStack) allowInternetPorts() {
+	payout, _ := payoutPort(s.settings.PayoutURL) // checked by SettingsFrom
+	ports := []struct {
+		port int
+		desc string
+	}{{payout, "Payout provider over TLS"}}
+	for _, w := range []struct{ url, desc string }{
+		{s.settings.FinanceWebhookURL, "Finance webhook over TLS"},
+		{s.settings.OrdersWebhookURL, "Order events webhook over TLS"},
+	} {
+		if w.url != "" {
+			port, _ := payoutPort(w.url) // checked by SettingsFrom
+			ports = append(ports, struct {
+				port int
+				desc string
+			}{port, w.desc})
+		}
+	}
+	for _, name := range functionNames {
+		if !functionReach[name].internet {
+			continue
+		}
+		opened := map[int]bool{}
+		for _, p := range ports {
+			if opened[p.port] {
+				continue
+			}
+			opened[p.port] = true
+			s.SecurityGroups[name].AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(p.port))),
+				jsii.String(p.desc), nil)
+		}
 	}
 }

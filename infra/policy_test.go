@@ -207,13 +207,8 @@ func delivers(t *testing.T, tpl map[string]any, c caller, action, id string) (bo
 // must send (CloudWatch's alarm actions, the consumer, the poller, SNS
 // delivering to the durable subscribers) and for ones that must not.
 func TestEveryPublisherCanPublish(t *testing.T) {
-	f := stacks(t)
 	const otherAccount = "210987654321"
-	for _, st := range []struct {
-		name  string
-		stack *HourglassStack
-		tpl   map[string]any
-	}{{"default", f.def, f.defMap}, {"options", f.opt, f.optMap}, {"complete ARNs", f.acct, f.acctMap}} {
+	for _, st := range everyStack(t) {
 		t.Run(st.name, func(t *testing.T) {
 			id := func(c constructs.IConstruct) string { return logicalID(st.stack, c) }
 			tls := func(ctx map[string]string) map[string]string {
@@ -276,9 +271,6 @@ func TestEveryPublisherCanPublish(t *testing.T) {
 // and ordersReaderArns can take, delete and decrypt their own queue's
 // messages (the key through SQS only), and nothing else.
 func TestReadersOfTheSubscriberQueues(t *testing.T) {
-	f := stacks(t)
-	st, tpl := f.opt, f.optMap
-	dataKey := logicalID(st, st.DataKey)
 	via := func(arn, service string) caller {
 		ctx := map[string]string{"aws:SecureTransport": "true"}
 		if service != "" {
@@ -288,40 +280,52 @@ func TestReadersOfTheSubscriberQueues(t *testing.T) {
 	}
 	sqsService := "sqs." + testRegion + ".amazonaws.com"
 	finance, orders := optSettings.FinanceReaderARNs[0], optSettings.OrdersReaderARNs[0]
-	for _, tt := range []struct {
-		reader, queue, other string
-	}{
-		{finance, logicalID(st, st.FinanceQueue), logicalID(st, st.OrdersQueue)},
-		{orders, logicalID(st, st.OrdersQueue), logicalID(st, st.FinanceQueue)},
-	} {
-		for _, a := range readerActions {
-			if !permitted(t, tpl, via(tt.reader, ""), a, arnOf("AWS::SQS::Queue", tt.queue), tt.queue) {
-				t.Errorf("%s cannot %s on %s", tt.reader, a, tt.queue)
+	for _, s := range everyStack(t) {
+		t.Run(s.name, func(t *testing.T) {
+			st, tpl := s.stack, s.tpl
+			if len(st.settings.FinanceReaderARNs) == 0 {
+				// Without readers named (the default and dev stacks), no
+				// one outside the stack is let in.
+				for _, q := range []string{logicalID(st, st.FinanceQueue), logicalID(st, st.OrdersQueue)} {
+					for _, reader := range []string{finance, orders} {
+						if permitted(t, tpl, via(reader, ""), "sqs:ReceiveMessage", arnOf("AWS::SQS::Queue", q), q) {
+							t.Errorf("%s lets %s read %s", s.name, reader, q)
+						}
+					}
+				}
+				return
 			}
-			if permitted(t, tpl, via(tt.reader, ""), a, arnOf("AWS::SQS::Queue", tt.other), tt.other) {
-				t.Errorf("%s can %s on %s, not its queue", tt.reader, a, tt.other)
+			dataKey := logicalID(st, st.DataKey)
+			for _, tt := range []struct {
+				reader, queue, other string
+			}{
+				{st.settings.FinanceReaderARNs[0], logicalID(st, st.FinanceQueue), logicalID(st, st.OrdersQueue)},
+				{st.settings.OrdersReaderARNs[0], logicalID(st, st.OrdersQueue), logicalID(st, st.FinanceQueue)},
+			} {
+				for _, a := range readerActions {
+					if !permitted(t, tpl, via(tt.reader, ""), a, arnOf("AWS::SQS::Queue", tt.queue), tt.queue) {
+						t.Errorf("%s cannot %s on %s", tt.reader, a, tt.queue)
+					}
+					if permitted(t, tpl, via(tt.reader, ""), a, arnOf("AWS::SQS::Queue", tt.other), tt.other) {
+						t.Errorf("%s can %s on %s, not its queue", tt.reader, a, tt.other)
+					}
+				}
+				if permitted(t, tpl, via(tt.reader, ""), "sqs:SendMessage", arnOf("AWS::SQS::Queue", tt.queue), tt.queue) {
+					t.Errorf("%s can send to %s", tt.reader, tt.queue)
+				}
+				keyARN := arnOf("AWS::KMS::Key", dataKey)
+				if !permitted(t, tpl, via(tt.reader, sqsService), "kms:Decrypt", keyARN, dataKey) {
+					t.Errorf("%s cannot decrypt its messages through SQS", tt.reader)
+				}
+				for _, c := range []caller{via(tt.reader, ""), via(tt.reader, "sns."+testRegion+".amazonaws.com")} {
+					if permitted(t, tpl, c, "kms:Decrypt", keyARN, dataKey) {
+						t.Errorf("%s can use the data key directly", c.name)
+					}
+				}
+				if permitted(t, tpl, via(tt.reader, sqsService), "kms:GenerateDataKey", keyARN, dataKey) {
+					t.Errorf("%s can encrypt with the data key", tt.reader)
+				}
 			}
-		}
-		if permitted(t, tpl, via(tt.reader, ""), "sqs:SendMessage", arnOf("AWS::SQS::Queue", tt.queue), tt.queue) {
-			t.Errorf("%s can send to %s", tt.reader, tt.queue)
-		}
-		keyARN := arnOf("AWS::KMS::Key", dataKey)
-		if !permitted(t, tpl, via(tt.reader, sqsService), "kms:Decrypt", keyARN, dataKey) {
-			t.Errorf("%s cannot decrypt its messages through SQS", tt.reader)
-		}
-		for _, c := range []caller{via(tt.reader, ""), via(tt.reader, "sns."+testRegion+".amazonaws.com")} {
-			if permitted(t, tpl, c, "kms:Decrypt", keyARN, dataKey) {
-				t.Errorf("%s can use the data key directly", c.name)
-			}
-		}
-		if permitted(t, tpl, via(tt.reader, sqsService), "kms:GenerateDataKey", keyARN, dataKey) {
-			t.Errorf("%s can encrypt with the data key", tt.reader)
-		}
-	}
-	// Without readers named (the default stack), no one outside the stack
-	// is let in.
-	q := logicalID(f.def, f.def.FinanceQueue)
-	if permitted(t, f.defMap, via(finance, ""), "sqs:ReceiveMessage", arnOf("AWS::SQS::Queue", q), q) {
-		t.Errorf("the default stack lets %s read the finance queue", finance)
+		})
 	}
 }

@@ -115,7 +115,6 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 	// the name to the full ARN, which this pattern matches.
 	webhookSecret := ":secret:hourglass/payout-webhook-??????"
 	paymentsSecret := ":secret:hourglass/payments-webhook-??????"
-	ledgerActions := []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"}
 	never := []string{"dynamodb:Scan", "dynamodb:CreateTable", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}
 	tests := []struct {
 		fn   string
@@ -151,7 +150,7 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisSecrets[fnPoller]), id(st.WorkQueue), id(st.DataKey)},
 			must: map[string][]string{
 				"sqs:SendMessage": {id(st.WorkQueue)}, "kms:GenerateDataKey": {id(st.DataKey)},
-				"dynamodb:Query": {id(st.Withdrawals), id(st.Orders)}, "secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnPoller])},
+				"dynamodb:Query": {id(st.Withdrawals)}, "secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnPoller])},
 			},
 			never: append([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sns:Publish"}, never...),
 		},
@@ -172,7 +171,7 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 			fn:   fnOperator,
 			want: []string{id(st.Withdrawals), id(st.Orders), id(st.RedisSecrets[fnOperator])},
 			must: map[string][]string{
-				"dynamodb:Query": {id(st.Withdrawals), id(st.Orders)}, "dynamodb:UpdateItem": {id(st.Withdrawals)},
+				"dynamodb:Query": {id(st.Withdrawals)}, "dynamodb:UpdateItem": {id(st.Withdrawals)},
 				"secretsmanager:GetSecretValue": {id(st.RedisSecrets[fnOperator])},
 			},
 			never: append([]string{"sqs:SendMessage", "sqs:ReceiveMessage", "sns:Publish", "kms:Decrypt", "kms:GenerateDataKey"}, never...),
@@ -236,12 +235,14 @@ func TestRolesReachOnlyTheirOwnResources(t *testing.T) {
 					}
 				}
 			}
-			// A role that uses a ledger table may do what the ledger's
-			// client does on it and its indexes, and nothing more.
+			// A role that uses a ledger table may do some of what the
+			// ledger's client can (its own, TestLedgerCallsAreGranted),
+			// and nothing else.
 			for _, s := range stmts {
-				if slices.ContainsFunc(s.actions, func(a string) bool { return strings.HasPrefix(a, "dynamodb:") }) &&
-					!sameSet(s.actions, ledgerActions) {
-					t.Errorf("DynamoDB actions %v, want exactly %v", s.actions, ledgerActions)
+				for _, a := range s.actions {
+					if strings.HasPrefix(a, "dynamodb:") && !slices.Contains(ledgerActions, a) {
+						t.Errorf("DynamoDB action %s is none of the ledger client's %v", a, ledgerActions)
+					}
 				}
 				for _, r := range s.resources {
 					if ids, lit := named(r); strings.Contains(lit, "/index/") &&

@@ -57,10 +57,13 @@ type HourglassStack struct {
 	settings Settings
 	codeDir  string
 
-	Vpc             awsec2.Vpc
-	FunctionsSG     awsec2.SecurityGroup
+	Vpc awsec2.Vpc
+	// SecurityGroups holds each function's own security group, by function
+	// name; RedisSG admits each of them; EndpointSGs holds each interface
+	// endpoint's, by service (endpointSQS, endpointSNS, endpointSecrets).
+	SecurityGroups  map[string]awsec2.SecurityGroup
 	RedisSG         awsec2.SecurityGroup
-	EndpointsSG     awsec2.SecurityGroup
+	EndpointSGs     map[string]awsec2.SecurityGroup
 	DataKey         awskms.Key
 	AlarmKey        awskms.Key
 	Redis           awselasticache.CfnReplicationGroup
@@ -112,12 +115,14 @@ func NewHourglassStack(scope constructs.Construct, id string, props *HourglassSt
 	sp := props.StackProps
 	sp.Description = cmp.Or(sp.Description, jsii.String("Hourglass: delayed withdrawals and flash sales on ElastiCache, Lambda and API Gateway"))
 	s := &HourglassStack{
-		Stack:     awscdk.NewStack(scope, jsii.String(id), &sp),
-		settings:  props.Settings,
-		codeDir:   props.CodeDir,
-		Functions: map[string]awslambda.Function{},
-		LogGroups: map[string]awslogs.LogGroup{},
-		indexes:   map[awsdynamodb.Table][]string{},
+		Stack:          awscdk.NewStack(scope, jsii.String(id), &sp),
+		settings:       props.Settings,
+		codeDir:        props.CodeDir,
+		Functions:      map[string]awslambda.Function{},
+		SecurityGroups: map[string]awsec2.SecurityGroup{},
+		EndpointSGs:    map[string]awsec2.SecurityGroup{},
+		LogGroups:      map[string]awslogs.LogGroup{},
+		indexes:        map[awsdynamodb.Table][]string{},
 	}
 	for _, name := range s.settings.Placeholders() {
 		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String("hourglass:placeholder-"+name),

@@ -54,7 +54,7 @@ func TestFunctions(t *testing.T) {
 					"LogGroup":  ref(logicalID(f.def, f.def.LogGroups[tt.name])),
 				},
 				"VpcConfig": props{
-					"SecurityGroupIds": []any{getAtt(logicalID(f.def, f.def.FunctionsSG), "GroupId")},
+					"SecurityGroupIds": []any{getAtt(logicalID(f.def, f.def.SecurityGroups[tt.name]), "GroupId")},
 					"SubnetIds": []any{
 						ref(subnetID(t, f.defMap, "app", 1)), ref(subnetID(t, f.defMap, "app", 2)),
 					},
@@ -375,12 +375,12 @@ func TestNetwork(t *testing.T) {
 	count(t, tpl, "AWS::EC2::NatGateway", 2)
 	count(t, tpl, "AWS::EC2::FlowLog", 1)
 	hasProps(t, tpl, "AWS::EC2::FlowLog", props{"ResourceType": "VPC", "TrafficType": "ALL", "LogDestinationType": "cloud-watch-logs"})
-	for _, svc := range []string{"sqs", "sns", "secretsmanager"} {
+	for _, ep := range interfaceEndpoints {
 		hasProps(t, tpl, "AWS::EC2::VPCEndpoint", props{
 			"VpcEndpointType":   "Interface",
-			"ServiceName":       props{"Fn::Join": []any{"", []any{"com.amazonaws.", ref("AWS::Region"), "." + svc}}},
+			"ServiceName":       props{"Fn::Join": []any{"", []any{"com.amazonaws.", ref("AWS::Region"), "." + ep.name}}},
 			"PrivateDnsEnabled": true,
-			"SecurityGroupIds":  []any{getAtt(logicalID(f.def, f.def.EndpointsSG), "GroupId")},
+			"SecurityGroupIds":  []any{getAtt(logicalID(f.def, f.def.EndpointSGs[ep.name]), "GroupId")},
 		})
 	}
 	hasProps(t, tpl, "AWS::EC2::VPCEndpoint", props{
@@ -388,44 +388,7 @@ func TestNetwork(t *testing.T) {
 		"ServiceName":     props{"Fn::Join": []any{"", []any{"com.amazonaws.", ref("AWS::Region"), ".dynamodb"}}},
 	})
 	count(t, tpl, "AWS::EC2::VPCEndpoint", 4)
-
-	fnSG := getAtt(logicalID(f.def, f.def.FunctionsSG), "GroupId")
-	redisSG := getAtt(logicalID(f.def, f.def.RedisSG), "GroupId")
-	// Redis admits the functions' group on its port, and nothing else.
-	hasProps(t, tpl, "AWS::EC2::SecurityGroupIngress", props{
-		"GroupId": redisSG, "SourceSecurityGroupId": fnSG, "IpProtocol": "tcp", "FromPort": redisPort, "ToPort": redisPort,
-	})
-	for id, r := range resources(f.defMap, "AWS::EC2::SecurityGroupIngress") {
-		p := propsOf(r)
-		if mustJSON(p["GroupId"]) == mustJSON(redisSG) && mustJSON(p["SourceSecurityGroupId"]) != mustJSON(fnSG) {
-			t.Errorf("%s admits something else into Redis: %s", id, mustJSON(p))
-		}
-	}
-	sgs := resources(f.defMap, "AWS::EC2::SecurityGroup")
-	if ingress := propsOf(sgs[logicalID(f.def, f.def.RedisSG)])["SecurityGroupIngress"]; ingress != nil {
-		t.Errorf("Redis security group has inline ingress %s", mustJSON(ingress))
-	}
-	// The functions reach Redis, and HTTPS (payout provider, AWS APIs).
-	hasProps(t, tpl, "AWS::EC2::SecurityGroupEgress", props{
-		"GroupId": fnSG, "DestinationSecurityGroupId": redisSG, "FromPort": redisPort, "ToPort": redisPort,
-	})
-	hasProps(t, tpl, "AWS::EC2::SecurityGroup", props{
-		"GroupDescription": assertions.Match_StringLikeRegexp(jsii.String("^Hourglass Lambda functions")),
-		"SecurityGroupEgress": []any{props{
-			"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": "Payout provider and DynamoDB over TLS",
-		}},
-	})
-	// A payout provider on another port gets that port, and HTTPS stays.
-	hasProps(t, f.optTpl, "AWS::EC2::SecurityGroup", props{
-		"GroupDescription": assertions.Match_StringLikeRegexp(jsii.String("^Hourglass Lambda functions")),
-		"SecurityGroupEgress": []any{
-			like(props{"CidrIp": "0.0.0.0/0", "FromPort": 8443, "ToPort": 8443}),
-			like(props{"CidrIp": "0.0.0.0/0", "FromPort": 443, "ToPort": 443}),
-		},
-	})
-	hasProps(t, tpl, "AWS::EC2::SecurityGroupIngress", props{
-		"GroupId": getAtt(logicalID(f.def, f.def.EndpointsSG), "GroupId"), "SourceSecurityGroupId": fnSG, "FromPort": 443, "ToPort": 443,
-	})
+	// The security groups: TestSecurityGroups.
 }
 
 // wantRoutes is SPEC.md's HTTP API: route key, serving function, auth type.

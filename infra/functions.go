@@ -44,7 +44,7 @@ const (
 	// for the visibility timeout, before the dead-letter queue takes it.
 	// The reconciler leaves it that long past its time, so that a job SQS
 	// still holds is neither sent twice nor counted as a repair:
-	// 5 x 180 s + 0 = 15 min.
+	// 5 x 270 s (6 x the consumer's 45 s) + 0 = 22 min 30 s.
 	reconcileGrace = maxReceiveCount*workVisibility + consumerBatchWindow
 	// apiTimeout bounds a request; API Gateway gives up at 30 s.
 	apiTimeout = 10 * time.Second

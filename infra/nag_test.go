@@ -35,11 +35,13 @@ func TestNagSuppressionsHaveReasons(t *testing.T) {
 		}
 	}
 	// The five function roles (VPC network interfaces) and their default
-	// policies (X-Ray), the four public routes (health, item state, the
-	// payout and payment providers' signed callbacks) and the Redis AUTH
-	// secret's rotation; the CodeDeploy roles of the three canaried
-	// functions (AWS's managed policy for Lambda deployments).
-	if want := len(functionNames) + len(functionNames) + 4 + 1 + len(canaried); n != want {
+	// policies (X-Ray), the HTTP API's two public routes (health, item
+	// state), the webhooks' REST API methods (the payout and payment
+	// providers' signed callbacks: no authorizer, no Cognito) and its
+	// CloudWatch role (AWS's managed policy for API Gateway's logs), and the
+	// Redis AUTH secret's rotation; the CodeDeploy roles of the three
+	// canaried functions (AWS's managed policy for Lambda deployments).
+	if want := len(functionNames) + len(functionNames) + 2 + 2*len(webhookRoutes) + 1 + 1 + len(canaried); n != want {
 		t.Errorf("%d suppressions, want %d: a new one needs a reason here too", n, want)
 	}
 }

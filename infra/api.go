@@ -39,13 +39,8 @@ var (
 		// A person at a terminal: a runaway script must not hammer Redis
 		// with reconciler passes.
 		"POST /v1/admin/operator": {rate: 2, burst: 5},
-		// The payout provider's callbacks: a provider retries in bursts;
-		// the function limits each source address further
-		// (HOURGLASS_RATE_WEBHOOK_SOURCE).
-		"POST /v1/webhooks/payouts": {rate: 50, burst: 100},
-		// The payment provider's confirmations, likewise: a flash sale's
-		// payments come in a burst as its payment windows run.
-		"POST /v1/webhooks/payments": {rate: 50, burst: 100},
+		// The providers' webhooks are not here: they have an API, a
+		// budget and a firewall of their own (webhooks.go).
 	}
 )
 
@@ -58,7 +53,9 @@ type route struct {
 	why string
 }
 
-// routes is every route of SPEC.md, with the function that serves it.
+// routes is every route of SPEC.md the HTTP API serves, with the function
+// that serves it; the providers' webhooks are webhookRoutes, on the REST
+// API of webhooks.go, and nowhere here.
 var routes = []route{
 	{awsapigatewayv2.HttpMethod_POST, "/v1/withdrawals", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_GET, "/v1/withdrawals", fnEnqueue, user, ""},
@@ -67,12 +64,6 @@ var routes = []route{
 	{awsapigatewayv2.HttpMethod_DELETE, "/v1/withdrawals/{id}", fnEnqueue, user, ""},
 	{awsapigatewayv2.HttpMethod_GET, "/v1/admin/stats", fnEnqueue, admin, ""},
 	{awsapigatewayv2.HttpMethod_POST, "/v1/admin/operator", fnOperator, admin, ""},
-	{awsapigatewayv2.HttpMethod_POST, "/v1/webhooks/payouts", fnEnqueue, public,
-		"the payout provider's callbacks, which carry no user identity: each is authenticated by its " +
-			"X-Hourglass-Signature (HMAC-SHA256 with PAYOUT_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source"},
-	{awsapigatewayv2.HttpMethod_POST, "/v1/webhooks/payments", fnEnqueue, public,
-		"the payment provider's confirmations of flash-sale orders, which carry no user identity: each is authenticated by its " +
-			"X-Hourglass-Signature (HMAC-SHA256 with PAYMENTS_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source"},
 	{awsapigatewayv2.HttpMethod_GET, "/healthz", fnEnqueue, public,
 		"a health check for load balancers and uptime probes: it answers ok or unavailable and reveals no data"},
 	{awsapigatewayv2.HttpMethod_PUT, "/v1/seckill/items/{item_id}", fnSeckill, admin, ""},

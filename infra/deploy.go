@@ -16,12 +16,12 @@ const liveAlias = "live"
 
 // canaried are the functions deployed behind a canary, with the alarms
 // that roll a deploy back: the API functions on the API's 5xx and their own
-// errors; the consumer on its errors and on payouts failing wholesale. The
+// errors (enqueue on the webhooks' 5xx too); the consumer on its errors and on payouts failing wholesale. The
 // poller is not: it is invoked by its schedule on $LATEST, as a new poller
 // overlapping the old one is safe (leases) and a broken one pages through
 // PollerNotRunningAlarm and PollerFailuresAlarm.
 var canaried = map[string][]string{
-	fnEnqueue:  {"ApiServerErrorsAlarm", "EnqueueErrorsAlarm"},
+	fnEnqueue:  {"ApiServerErrorsAlarm", "WebhooksServerErrorsAlarm", "EnqueueErrorsAlarm"},
 	fnSeckill:  {"ApiServerErrorsAlarm", "SeckillErrorsAlarm"},
 	fnConsumer: {"ConsumerErrorsAlarm", "PayoutFailuresAlarm"},
 }

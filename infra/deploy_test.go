@@ -119,6 +119,9 @@ func TestTeardownListsWhatIsRetained(t *testing.T) {
 		"AWS::KMS::Key":        "KMS keys",
 		"AWS::Logs::LogGroup":  "log groups",
 		"AWS::Lambda::Version": "published versions",
+		// API Gateway's account-wide logging role (webhooks.go).
+		"AWS::ApiGateway::Account": "AWS::ApiGateway::Account",
+		"AWS::IAM::Role":           "CloudWatch role",
 	}
 	for _, st := range []*HourglassStack{f.def, f.opt} {
 		for _, c := range *st.Stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {

@@ -68,6 +68,7 @@ var optSettings = func() Settings {
 	s.OrdersReaderARNs = []string{"arn:aws:iam::123456789012:role/shipping"}
 	s.EnqueueReservedConcurrency = 40
 	s.SeckillReservedConcurrency = 200
+	s.WebhookSourceCIDRs = []string{"203.0.113.0/24", "198.51.100.7/32", "2001:db8:1::/48"}
 	return s
 }()
 
@@ -87,6 +88,8 @@ var acctSettings = func() Settings {
 	s.OrdersSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/orders-key-QwE456"
 	s.PaymentsSecretName = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:shared/payments-key-RtY789"
 	s.AdminRoleARNs = []string{"arn:aws:iam::111122223333:role/operator", "arn:aws-cn:iam::111122223333:role/team/break-glass"}
+	// One provider range, IPv4 only.
+	s.WebhookSourceCIDRs = []string{"192.0.2.128/25"}
 	return s
 }()
 

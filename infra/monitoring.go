@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awswafv2"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/hourglass/hourglass/shared/metrics"
@@ -255,6 +256,13 @@ func (s *HourglassStack) createMonitoring() {
 				}, func(p *awscloudwatch.GraphWidgetProps) {
 					p.Right = metricList(s.Api.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute}))
 				}),
+				graph("Webhooks (REST API, WAF)", 6, []awscloudwatch.IMetric{
+					s.Webhooks.MetricClientError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+					s.Webhooks.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+					wafMetric(s.WebhooksFirewall, "BlockedRequests", "ALL"),
+				}, func(p *awscloudwatch.GraphWidgetProps) {
+					p.Right = metricList(s.Webhooks.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute}))
+				}),
 			},
 			{
 				graph("Redis memory used (%)", 8, redisMemory, lineAt(redisMemoryPercent, "alarm")),
@@ -455,6 +463,19 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 			EvaluationPeriods: jsii.Number(apiServerErrorPeriods),
 			DatapointsToAlarm: jsii.Number(apiServerErrorDatapoints),
 		})
+	// A provider whose webhooks fail retries for a while, then gives up:
+	// a payout's outcome or a sale's payment never arrives. The REST API's
+	// metrics have ApiName (and Stage) dimensions; ApiName is the CDK's.
+	alarm("WebhooksServerErrorsAlarm",
+		fmt.Sprintf("The providers' webhooks (the REST API behind WAF) answered 5xx in %d of %d minutes: providers retry, then give up, "+
+			"and payouts' outcomes or flash-sale payments do not arrive. See the enqueue function's logs and the webhooks' access logs.",
+			apiServerErrorDatapoints, apiServerErrorPeriods),
+		&awscloudwatch.AlarmProps{
+			Metric:            s.Webhooks.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(apiServerErrorPeriods),
+			DatapointsToAlarm: jsii.Number(apiServerErrorDatapoints),
+		})
 	alarm("ReconcilerRepairsAlarm",
 		"The reconciler gave jobs back that Redis had lost (a failover, a failed schedule, an expired work-queue message): "+
 			"nothing is lost, but find out why in the poller's logs (\"reconciler repaired withdrawals\").",
@@ -530,3 +551,18 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 
 // fnID is a function's construct id: Enqueue, Seckill, Poller, Consumer.
 func fnID(name string) string { return string(name[0]-'a'+'A') + name[1:] }
+
+// wafMetric is a WAF web ACL's count of one rule's (or ALL rules')
+// requests a minute.
+func wafMetric(acl awswafv2.CfnWebACL, name, rule string) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:  jsii.String("AWS/WAFV2"),
+		MetricName: jsii.String(name),
+		DimensionsMap: &map[string]*string{
+			"WebACL": acl.Name(), "Region": awscdk.Aws_REGION(), "Rule": jsii.String(rule),
+		},
+		Statistic: jsii.String("Sum"),
+		Period:    minute,
+		Label:     jsii.String("WAF blocked"),
+	})
+}

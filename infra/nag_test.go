@@ -35,14 +35,17 @@ func TestNagSuppressionsHaveReasons(t *testing.T) {
 		}
 	}
 	// The five function roles (VPC network interfaces) and their default
-	// policies (X-Ray), the four public routes (health, item state, the
-	// payout and payment providers' signed callbacks); the rotation of each
-	// function's Redis password and AEC6 (an AUTH token rule, where the
-	// replication group has RBAC users); the CodeDeploy roles of the three
-	// canaried functions (AWS's managed policy for Lambda deployments); the
-	// deployment-time lookup of DynamoDB's prefix list (its policy's EC2
-	// Describe on "*", its function's basic execution role).
-	if want := len(functionNames) + len(functionNames) + 4 + len(functionNames) + 1 + len(canaried) + 2; n != want {
+	// policies (X-Ray), the HTTP API's two public routes (health, item
+	// state), the webhooks' REST API methods (the payout and payment
+	// providers' signed callbacks: no authorizer, no Cognito) and its
+	// CloudWatch role (AWS's managed policy for API Gateway's logs); the
+	// rotation of each function's Redis password and AEC6 (an AUTH token
+	// rule, where the replication group has RBAC users); the CodeDeploy
+	// roles of the three canaried functions (AWS's managed policy for Lambda
+	// deployments); the deployment-time lookup of DynamoDB's prefix list
+	// (its policy's EC2 Describe on "*", its function's basic execution role).
+	if want := len(functionNames) + len(functionNames) + 2 + 2*len(webhookRoutes) + 1 +
+		len(functionNames) + 1 + len(canaried) + 2; n != want {
 		t.Errorf("%d suppressions, want %d: a new one needs a reason here too", n, want)
 	}
 }

@@ -59,14 +59,17 @@ const (
 //	  webhook, finance signing keys)
 //	CloudWatch dashboard ($3), alarms ($0.10       ~$5                  ~$5
 //	  per metric alarmed; 18 alarms in prod)
-//	total                                          ~$680                ~$125
+//	WAF web ACL of the webhooks ($5), its rules    $6-7                 $6-7
+//	  ($1 each: 1, 2 with webhookSourceCidrs)
+//	total                                          ~$690                ~$130
 //
-// Usage on top of both: NAT data $0.045/GB (the payout calls), endpoint
-// data $0.01/GB; per million: Lambda requests $0.20 (plus GB-seconds),
-// HTTP API $1.00, SQS $0.40, SNS $0.50, DynamoDB on demand $0.625 written
-// and $0.125 read; CloudWatch Logs $0.50/GB ingested (function logs, VPC
-// flow logs), custom metrics $0.30 each a month (EMF: the per-item stock
-// metrics grow with the items on sale). Free tiers are left out.
+// Usage on top of both: NAT data $0.045/GB (the payout calls), endpoint data
+// $0.01/GB; per million: Lambda requests $0.20 (plus GB-seconds), HTTP API
+// $1.00, REST API (webhooks) $3.50, WAF $0.60, SQS $0.40, SNS $0.50, DynamoDB
+// on demand $0.625 written and $0.125 read; CloudWatch Logs $0.50/GB ingested
+// (function logs, VPC flow logs), custom metrics $0.30 each a month (EMF: the
+// per-item stock metrics grow with the items on sale). Free tiers are left
+// out.
 //
 // What dev gives up: one cache node and no replica, so a node failure or
 // replacement loses the queues, the stock counts and the results written

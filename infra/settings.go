@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +91,10 @@ type Settings struct {
 	// taking the concurrency the poller and the consumer need.
 	EnqueueReservedConcurrency int
 	SeckillReservedConcurrency int
+	// WebhookSourceCIDRs, when given, are the payment and payout
+	// providers' source address ranges: the webhooks' REST API admits no
+	// one else (WAF and its resource policy, webhooks.go).
+	WebhookSourceCIDRs []string
 }
 
 // Context keys, as operators type them.
@@ -118,6 +124,7 @@ const (
 	ctxOrdersReaderARNs       = "ordersReaderArns"
 	ctxEnqueueReserved        = "enqueueReservedConcurrency"
 	ctxSeckillReserved        = "seckillReservedConcurrency"
+	ctxWebhookSourceCIDRs     = "webhookSourceCidrs"
 )
 
 // Placeholders: a deployment with them synthesizes (so `make synth` works
@@ -245,6 +252,20 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	roles(ctxAdminRoleARNs, &s.AdminRoleARNs)
 	roles(ctxFinanceReaderARNs, &s.FinanceReaderARNs)
 	roles(ctxOrdersReaderARNs, &s.OrdersReaderARNs)
+	var cidrs string
+	str(ctxWebhookSourceCIDRs, &cidrs)
+	for _, c := range strings.Split(cidrs, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if err := webhookCIDR(c); err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %w", ctxWebhookSourceCIDRs, err))
+			continue
+		}
+		if !slices.Contains(s.WebhookSourceCIDRs, c) {
+			s.WebhookSourceCIDRs = append(s.WebhookSourceCIDRs, c)
+		}
+	}
 	switch v := get(ctxPayoutLookup).(type) {
 	case nil:
 	case bool:
@@ -354,6 +375,24 @@ func isSecretID(id string) bool {
 		return secretARNPattern.MatchString(id)
 	}
 	return secretNamePattern.MatchString(id)
+}
+
+// webhookCIDR checks one of webhookSourceCidrs as WAF's IP sets take it:
+// an IPv4 or IPv6 range in CIDR notation, its address the range's first
+// (no host bits), narrower than everything.
+func webhookCIDR(c string) error {
+	p, err := netip.ParsePrefix(c)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not an address range in CIDR notation (203.0.113.0/24, 2001:db8::/32)", c)
+	case p.Bits() == 0:
+		return fmt.Errorf("%q admits every address: leave webhookSourceCidrs out instead", c)
+	case p.Addr().Zone() != "" || p.Addr().Is4In6():
+		return fmt.Errorf("%q is not a plain IPv4 or IPv6 range", c)
+	case p.Masked() != p:
+		return fmt.Errorf("%q has host bits set: did you mean %s?", c, p.Masked())
+	}
+	return nil
 }
 
 // payoutPort is the TCP port the functions reach the payout provider on: the

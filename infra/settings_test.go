@@ -28,7 +28,7 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxWebhookSecretName, ctxPayoutLookup, ctxIdempotencyWindow,
 		ctxConsumerMaxConcurrency, ctxFinanceWebhookURL, ctxFinanceSecretName, ctxPollerReserved, ctxAdminRoleARNs,
 		ctxOrdersWebhookURL, ctxOrdersSecretName, ctxPaymentsSecretName, ctxFinanceReaderARNs, ctxOrdersReaderARNs,
-		ctxEnqueueReserved, ctxSeckillReserved}
+		ctxEnqueueReserved, ctxSeckillReserved, ctxWebhookSourceCIDRs}
 	for _, k := range keys {
 		if _, ok := ctx[k]; !ok {
 			t.Errorf("cdk.json does not document %s", k)

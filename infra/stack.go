@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
@@ -20,6 +21,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awswafv2"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -88,9 +90,12 @@ type HourglassStack struct {
 	Functions             map[string]awslambda.Function
 	// Aliases are the live aliases of the functions deployed by canary
 	// (deploy.go): what the API and the consumer's event source invoke.
-	Aliases           map[string]awslambda.Alias
-	LogGroups         map[string]awslogs.LogGroup
-	Api               awsapigatewayv2.HttpApi
+	Aliases   map[string]awslambda.Alias
+	LogGroups map[string]awslogs.LogGroup
+	Api       awsapigatewayv2.HttpApi
+	// Webhooks is the providers' REST API, behind WebhooksFirewall.
+	Webhooks          awsapigateway.RestApi
+	WebhooksFirewall  awswafv2.CfnWebACL
 	Dashboard         awscloudwatch.Dashboard
 	Alarms            []awscloudwatch.Alarm
 	alarmByID         map[string]awscloudwatch.Alarm
@@ -137,6 +142,7 @@ func NewHourglassStack(scope constructs.Construct, id string, props *HourglassSt
 		return nil, err
 	}
 	s.createApi()
+	s.createWebhooks()
 	s.createSchedule()
 	s.createMonitoring()
 	if err := s.createDeployments(); err != nil {
@@ -195,6 +201,8 @@ func (s *HourglassStack) createOutputs() {
 		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
 	}
 	out("ApiUrl", "Base URL of the HTTP API", s.Api.ApiEndpoint())
+	out("WebhooksUrl", "Base URL of the providers' webhooks (REST API behind WAF): append v1/webhooks/payouts or v1/webhooks/payments",
+		s.Webhooks.Url())
 	out("WorkQueueUrl", "SQS work queue (poller -> consumer)", s.WorkQueue.QueueUrl())
 	out("DeadLetterQueueUrl", "Jobs the consumer failed 5 times", s.DeadLetterQueue.QueueUrl())
 	out("FinanceQueueUrl", "Every finance message, as published to the finance topic: finance reads it here", s.FinanceQueue.QueueUrl())

@@ -401,11 +401,8 @@ var wantRoutes = []struct{ key, fn, auth string }{
 	{"GET /v1/admin/stats", fnEnqueue, "AWS_IAM"},
 	{"POST /v1/admin/operator", fnOperator, "AWS_IAM"},
 	{"GET /healthz", fnEnqueue, "NONE"},
-	// The provider's callbacks: no JWT, the signature authenticates.
-	{"POST /v1/webhooks/payouts", fnEnqueue, "NONE"},
-	// The payment provider's confirmations, likewise, on the function that
-	// serves the payouts' (app.WithdrawalAPI).
-	{"POST /v1/webhooks/payments", fnEnqueue, "NONE"},
+	// The providers' webhooks are on the REST API of webhooks.go only
+	// (TestWebhooksOnlyBehindTheFirewall).
 	{"PUT /v1/seckill/items/{item_id}", fnSeckill, "AWS_IAM"},
 	{"GET /v1/seckill/items/{item_id}", fnSeckill, "NONE"},
 	{"POST /v1/seckill/items/{item_id}/purchases", fnSeckill, "JWT"},
@@ -515,13 +512,11 @@ func TestApiStage(t *testing.T) {
 	if p := routeThrottles["POST /v1/seckill/items/{item_id}/purchases"]; p.rate >= defaultThrottle.rate || p.burst >= defaultThrottle.burst {
 		t.Errorf("purchases throttle %+v is not tighter than the default %+v", p, defaultThrottle)
 	}
-	// The unauthenticated callbacks get a throttle of their own, tighter
-	// than the default, in the stage itself (the functions limit each source
-	// further, HOURGLASS_RATE_WEBHOOK_SOURCE).
-	for _, key := range []string{"POST /v1/webhooks/payouts", "POST /v1/webhooks/payments"} {
-		got := mustJSON(settings[key])
-		if want := mustJSON(props{"ThrottlingRateLimit": 50, "ThrottlingBurstLimit": 100, "DetailedMetricsEnabled": true}); got != want {
-			t.Errorf("%s throttled %s, want %s", key, got, want)
+	// The unauthenticated callbacks have a budget of their own, on their
+	// own API (TestWebhooksStage), none here.
+	for key := range routeThrottles {
+		if strings.Contains(key, "/webhooks/") {
+			t.Errorf("the HTTP API throttles %s, a webhook it must not serve", key)
 		}
 	}
 	keys := map[string]bool{}
@@ -579,9 +574,10 @@ func TestAlarms(t *testing.T) {
 	// and finance DLQ, order-event deliveries, orders DLQ and failed order
 	// expiries (TestNewAlarms); housekeeping failures, payout failures,
 	// throttles, the work queue's age, unknown callbacks, and the finance
-	// and orders queues' age where no webhook is set (TestAlarmsThatPage)
-	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+2+6+3+5+2)
-	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+3+6+3+5)
+	// and orders queues' age where no webhook is set (TestAlarmsThatPage);
+	// the webhooks' 5xx (TestWebhooksAlarm)
+	count(t, tpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+2+6+3+5+2+1)
+	count(t, f.optTpl, "AWS::CloudWatch::Alarm", 1+1+5+1+3+3+6+3+5+1)
 	// A payout that may have been made and is still unsettled pages.
 	for _, m := range []string{metrics.PayoutsUnresolved, metrics.PayoutsRejected, metrics.PayoutConflicts} {
 		hasProps(t, tpl, "AWS::CloudWatch::Alarm", props{

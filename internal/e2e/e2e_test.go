@@ -28,6 +28,7 @@ import (
 	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/internal/rie"
 	"github.com/hourglass/hourglass/internal/sqsfake"
+	"github.com/hourglass/hourglass/shared/signature"
 )
 
 // Where make e2e puts the emulator and the host bootstraps
@@ -287,6 +288,7 @@ func (s *stack) consume() {
 func TestE2E(t *testing.T) {
 	s := start(t)
 
+	var paidID string
 	t.Run("withdrawal", func(t *testing.T) {
 		s.t = t
 		create := event(t, "withdrawal-create.json")
@@ -319,6 +321,55 @@ func TestE2E(t *testing.T) {
 		}
 		if msgs := s.finance.Of(created.ID); len(msgs) != 1 || msgs[0].Status != "paid" || msgs[0].UserID != "user-123" {
 			t.Errorf("finance got %+v, want one paid message", msgs)
+		}
+		paidID = created.ID
+	})
+
+	// The providers' webhooks come through a REST API of their own (WAF
+	// in front), whose events are Lambda proxy events, format 1.0.
+	t.Run("payout callback through the REST API", func(t *testing.T) {
+		s.t = t
+		if paidID == "" {
+			t.Skip("no paid withdrawal")
+		}
+		raw, err := os.ReadFile(filepath.Join("..", "..", "events", "webhook-payout-rest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Fatal(err)
+		}
+		ev.Body = fmt.Sprintf(`{"event_id":"e2e-rest-1","withdrawal_id":%q,"payout_id":"po_%s","status":"paid"}`, paidID, paidID)
+		for name, key := range map[string]string{"signed": "e2e-payout-webhook-key", "forged": "dev-webhook-secret"} {
+			sig := signature.Sign([]byte(key), time.Now(), []byte(ev.Body))
+			ev.Headers["X-Hourglass-Signature"], ev.MultiValueHeaders["X-Hourglass-Signature"] = sig, []string{sig}
+			payload, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.fns["enqueue"].Invoke(context.Background(), payload)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var resp events.APIGatewayProxyResponse
+			dec := json.NewDecoder(strings.NewReader(string(out)))
+			dec.DisallowUnknownFields() // what a REST API reads, nothing more
+			if err := dec.Decode(&resp); err != nil {
+				t.Fatalf("%s: a REST API cannot read %s: %v", name, out, err)
+			}
+			var got struct {
+				WithdrawalID string `json:"withdrawal_id"`
+				Status       string
+			}
+			_ = json.Unmarshal([]byte(resp.Body), &got)
+			t.Logf("enqueue  REST POST %s (%s) -> %d %s", ev.Path, name, resp.StatusCode, oneLine(resp.Body, 160))
+			switch {
+			case name == "signed" && (resp.StatusCode != http.StatusOK || got.Status != "paid" || got.WithdrawalID != paidID):
+				t.Errorf("signed callback: %d %s, want 200 paid", resp.StatusCode, resp.Body)
+			case name == "forged" && resp.StatusCode != http.StatusUnauthorized:
+				t.Errorf("callback signed with the public default: %d, want 401", resp.StatusCode)
+			}
 		}
 	})
 

@@ -17,11 +17,17 @@
 --
 -- Returns 1 retired (now or before), 0 not (nothing changed).
 local m = redis.call('HMGET', KEYS[1], 'retired', 'frozen', 'version', 'ends', 'stock', 'confirmed', 'paid')
-if m[1] then
-  return 1
-end
+-- Frozen first: a preheat that freezes a retired shard takes it back into
+-- a sale (it registers, then resets the shard). Until its reset, the
+-- shard's meta still reads retired and past its end; answering "retired"
+-- then would let the compensation pass forget the item the preheat just
+-- registered, and the new sale's order jobs would sit in a queue nobody
+-- polls.
 if m[2] then
   return 0
+end
+if m[1] then
+  return 1
 end
 for i = 2, 5 do
   if redis.call('ZCARD', KEYS[i]) > 0 then

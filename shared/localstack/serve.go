@@ -45,7 +45,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 		return err
 	}
 	// The dashboard adds up the metrics lines the app writes beside its logs.
-	tally := NewTally(a.Clock, 10*time.Second, 15*time.Minute)
+	tally := NewTally(a.Clock, 10*time.Second, time.Hour)
 	a.EmitMetricsTo(io.MultiWriter(out, tally))
 	if cfg.CreateTables {
 		if err := a.CreateTables(ctx); err != nil {
@@ -78,10 +78,11 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(add
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	handler := localServer{api: Gateway{Handler: a.Router().Serve, Log: log}}
+	rt := a.Router()
+	handler := localServer{api: Gateway{Handler: rt.Serve, Log: log, Route: rt.Pattern, Observe: tally.ObserveRequest}}
 	dashboard := ""
 	if cfg.Auth == "dev" { // admin routes answer X-Admin-Token only in dev mode
-		handler.dashboard = Dashboard{Token: string(cfg.AdminToken), Tally: tally}
+		handler.dashboard = Dashboard{Token: string(cfg.AdminToken), Tally: tally, App: a}
 		dashboard = "http://" + ln.Addr().String() + DashboardPath
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

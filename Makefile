@@ -20,6 +20,10 @@ SYNTH_ARGS  ?=
 # machine go to bin/host/<function>/.
 RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 RIE         := bin/aws-lambda-rie
+# make run ARGS='...': flags of hourglass serve (--addr, --redis-url, --log-metrics).
+ARGS ?=
+# Where make run builds the binary.
+HOURGLASS_BIN ?= bin/hourglass
 # make invoke FN=<function> EVENT=events/<file>.json [TIMEOUT=<seconds>]
 FN      ?=
 EVENT   ?=
@@ -66,8 +70,24 @@ build: ## Build the Lambda bootstraps (linux/arm64, stripped) into dist/<functio
 	    $$(( $$(stat -c %s dist/$$fn/bootstrap) / 1024 )) $$(( $$(stat -c %s dist/$$fn/function.zip) / 1024 )); \
 	done
 
-run: ## Run the whole system locally on an embedded Redis (REDIS_URL to use your own)
-	$(GO) run ./cmd/hourglass serve
+run: ## Build bin/hourglass, then run the whole system locally on an embedded Redis (REDIS_URL to use your own; ARGS='--addr ...')
+	@echo "make run: building $(HOURGLASS_BIN) (the first build downloads modules and compiles about 430 packages:"
+	@echo "          minutes on a small machine; later builds take seconds), then starting it. Ctrl-C stops it."
+	@total=$$($(GO) list -deps ./cmd/hourglass | wc -l); n=0; \
+	$(GO) build -v -o $(HOURGLASS_BIN) ./cmd/hourglass 2>&1 | while IFS= read -r line; do \
+	  case "$$line" in \
+	    *' '*|'#'*) printf '\n%s\n' "$$line" ;; \
+	    *) n=$$((n + 1)); \
+	       if [ -t 1 ]; then printf '\r  compiling %3d/%d %-60.60s' "$$n" "$$total" "$$line"; \
+	       elif [ $$((n % 50)) -eq 1 ]; then echo "  compiling $$n/$$total $$line"; fi ;; \
+	  esac; \
+	done; [ -t 1 ] && printf '\r%-80s\r' '' || true
+	@echo "make run: starting $(HOURGLASS_BIN) serve $(ARGS)"
+	@# Job control gives the server a process group of its own and the
+	@# terminal: Ctrl-C reaches it alone, it finishes its claimed work and
+	@# exits 0, and so does make. (The command after it keeps bash from
+	@# exec-ing the server in its own place, which would skip job control.)
+	@set -m; $(HOURGLASS_BIN) serve $(ARGS); status=$$?; exit $$status
 
 vet: ## go vet and gofmt
 	$(GO) vet ./...

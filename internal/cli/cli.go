@@ -48,8 +48,9 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
-	if err := cfg.Require("REDIS_URL"); err != nil {
-		return nil, nil, usageError{fmt.Errorf("%w (the Redis of the stack to operate, e.g. redis://127.0.0.1:6379)", err)}
+	acting, byURL, err := resolveStack(cmd, &cfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	level := cfg.SlogLevel()
 	if os.Getenv("HOURGLASS_LOG_LEVEL") == "" {
@@ -74,6 +75,16 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, usageError{err}
+	}
+	say := cmd.ErrOrStderr()
+	_, _ = fmt.Fprintln(say, "hourglass: acting on "+acting)
+	if has, err := holdsData(pingCtx, rdb, cfg.RedisPrefix); byURL && err == nil && !has {
+		hint := "check REDIS_URL and HOURGLASS_REDIS_PREFIX"
+		if local, err := findStack(ctx, ""); err == nil {
+			hint = fmt.Sprintf("hourglass serve runs at %s: unset REDIS_URL to act on it", local.Addr)
+		}
+		_, _ = fmt.Fprintf(say, "hourglass: warning: this Redis holds no Hourglass data under prefix %q: is it the stack you meant? (%s)\n",
+			cfg.RedisPrefix, hint)
 	}
 	return a, func() { _ = rdb.Close() }, nil
 }

@@ -39,7 +39,7 @@ a job, dead ones included: after the item is preheated again (with fewer
 shards too) and past its retention, it is not forgotten while a job waits
 here. Order events that arise once an item is forgotten (a late payment's
 refund) go to the seckill-events queue.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: subcommandArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(deadListCmd(), deadMoveCmd(requeueOp), deadMoveCmd(purgeOp))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/redisconn"
 )
 
 // financeSwitch is a finance endpoint that is down (503) until up is called,
@@ -220,8 +221,8 @@ func TestOperatorRequeuesADeadPayout(t *testing.T) {
 	if diff := cmp.Diff(`{"not_dead":[],"queue":"withdrawals","requeued":["`+id+`"]}`+"\n", r2.stdout); diff != "" {
 		t.Errorf("requeue output (-want +got):\n%s", diff)
 	}
-	if r2.stderr != "" {
-		t.Errorf("requeue wrote to a piped stderr (no progress off a terminal): %q", r2.stderr)
+	if want := "hourglass: acting on " + redisconn.Redacted(env["REDIS_URL"]) + ` (REDIS_URL), prefix "hg:"` + "\n"; r2.stderr != want {
+		t.Errorf("requeue's piped stderr is %q, want only which stack it acted on (no progress off a terminal): %q", r2.stderr, want)
 	}
 	waitFor(t, 20*time.Second, "finance to hear of the payout", func() bool { return finance.heard(id) == 1 })
 	waitFor(t, 10*time.Second, "the job to be done", func() bool {
@@ -313,6 +314,9 @@ func TestExitCodes(t *testing.T) {
 		says string
 	}{
 		{args: []string{"frob"}, code: 2, says: "unknown command"},
+		{args: []string{"stat"}, code: 2, says: `unknown command "stat" for "hourglass"; did you mean stats?`},
+		{args: []string{"dead", "lsit"}, code: 2, says: "did you mean list?"},
+		{args: []string{"payouts", "resolv"}, code: 2, says: "did you mean resolve?"},
 		{args: []string{"stats", "--frob"}, code: 2, says: "unknown flag"},
 		{args: []string{"stats", "extra"}, code: 2},
 		{args: []string{"stats", "--interval", "0s"}, code: 2},

@@ -33,7 +33,7 @@ any outcome.
 
 Withdrawals that keep being refused for our credentials (401, 403) are listed
 too: they retry past HOURGLASS_MAX_ATTEMPTS until the credentials are fixed.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: subcommandArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(payoutsUnresolvedCmd(), payoutsResolveCmd())

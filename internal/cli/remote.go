@@ -109,6 +109,7 @@ func (r *remote) run(ctx context.Context, args []string, stdout, stderr io.Write
 	if _, err := io.WriteString(stdout, res.Stdout); err != nil {
 		return exitFailure
 	}
+	_, _ = fmt.Fprintf(stderr, "hourglass: acted on the stack behind %s (its operator function)\n", r.endpoint)
 	_, _ = io.WriteString(stderr, res.Stderr)
 	return res.ExitCode
 }

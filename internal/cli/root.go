@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -91,7 +93,7 @@ Exit status:
 
 Long commands show progress on standard error when it is a terminal, and stay
 quiet when it is not. --json prints machine-readable output on standard output.`,
-		Args:          usageArgs(cobra.NoArgs),
+		Args:          subcommandArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,32 +101,127 @@ quiet when it is not. --json prints machine-readable output on standard output.`
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.PersistentFlags().String("stack", "", "the local stack to act on, by its address, when several hourglass serve run (HOURGLASS_STACK)")
 	cmd.AddCommand(serveCmd(), statsCmd(), peekCmd(), deadCmd(), preheatCmd(), reconcileCmd(), payoutsCmd(), withdrawalsCmd(), signCmd(), smokeCmd())
 	return cmd
 }
 
 func serveCmd() *cobra.Command {
-	return &cobra.Command{
+	var addr, redisURL string
+	var logMetrics bool
+	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system locally (HTTP API, poller, consumer, dashboard)",
 		Long: `Run the whole system locally: the HTTP API on HOURGLASS_ADDR (default
 127.0.0.1:8080), the poller loop and the consumer fed by an in-process
 stand-in for SQS. Without REDIS_URL it runs on an embedded Redis whose data
 is gone when it stops. Settings come from the environment (see
-docs/architecture.md#configuration).
+docs/architecture.md#configuration); --addr and --redis-url override the two
+changed most.
 In dev mode (HOURGLASS_AUTH=dev, the default) it also serves a live dashboard
 at /dashboard (it asks for HOURGLASS_ADMIN_TOKEN, or takes ?token=).
-SIGINT or SIGTERM stops it cleanly after finishing the work it has claimed.`,
+While it runs, the operator commands on this machine (stats, dead, payouts,
+...) find it by themselves: it advertises its Redis and settings in
+HOURGLASS_STATE_DIR (the user's cache directory by default), readable by its
+user only, and removes the advert when it stops.
+The terminal shows logs, finance messages and order events as JSON lines;
+metric lines feed the dashboard and its /metrics (--log-metrics prints them
+too). If Redis stops answering it says so once, tries again backing off, and
+says when it is back.
+SIGINT or SIGTERM stops it cleanly after finishing the work it has claimed,
+with exit status 0.`,
+		Example: `  hourglass serve
+  hourglass serve --addr 127.0.0.1:8081 --redis-url redis://127.0.0.1:6379
+  HOURGLASS_LEDGER=dynamodb DYNAMODB_ENDPOINT=http://127.0.0.1:4567 HOURGLASS_CREATE_TABLES=true hourglass serve`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(config.Local)
 			if err != nil {
 				return usageError{err}
 			}
-			if err := localstack.Serve(cmd.Context(), cfg, cmd.OutOrStdout(), nil); err != nil {
+			if cmd.Flags().Changed("addr") {
+				cfg.Addr = addr
+			}
+			if cmd.Flags().Changed("redis-url") {
+				cfg.RedisURL = config.Secret(redisURL)
+			}
+			if cmd.Flags().Changed("log-metrics") {
+				cfg.LogMetrics = logMetrics
+			}
+			if err := localLedgerReachable(cfg); err != nil {
+				return usageError{err}
+			}
+			dir, err := stateDir(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var unadvertise func()
+			ready := func(r localstack.Running) {
+				a := advertOf(cfg, r, os.Getpid(), time.Now().UTC())
+				if unadvertise, err = localstack.WriteAdvert(dir, a); err != nil {
+					// The stack works without it; the CLI then needs REDIS_URL.
+					_, _ = fmt.Fprintln(cmd.ErrOrStderr(), "hourglass: the operator commands will not find this stack by themselves:", err)
+				}
+			}
+			err = localstack.Serve(cmd.Context(), cfg, cmd.OutOrStdout(), ready)
+			if unadvertise != nil {
+				unadvertise()
+			}
+			if errors.Is(err, localstack.ErrAddrInUse) {
+				if a, ferr := findStack(cmd.Context(), cfg.Addr); ferr == nil {
+					return fmt.Errorf("serve: hourglass serve (pid %d, since %s) already runs at %s: %w",
+						a.PID, a.StartedAt.Format(time.RFC3339), a.Addr, err)
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&addr, "addr", "", "the HTTP API's address (HOURGLASS_ADDR; default 127.0.0.1:8080)")
+	cmd.Flags().StringVar(&redisURL, "redis-url", "", "the Redis to run on (REDIS_URL; default an embedded one)")
+	cmd.Flags().BoolVar(&logMetrics, "log-metrics", false, "also print the metric lines (HOURGLASS_LOG_METRICS)")
+	return cmd
+}
+
+// awsCredentialEnv are the variables that give the AWS SDK credentials
+// without EC2 instance metadata.
+var awsCredentialEnv = []string{
+	"AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+	"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+}
+
+// localLedgerReachable refuses, before anything starts, a DynamoDB ledger
+// that the local stack could only reach by asking EC2 instance metadata for
+// credentials (a minute of failed calls, then errors): no endpoint and no
+// AWS credentials in the environment.
+func localLedgerReachable(cfg config.Config) error {
+	if cfg.Ledger != "dynamodb" || cfg.DynamoDBEndpoint != "" {
+		return nil
+	}
+	for _, v := range awsCredentialEnv {
+		if os.Getenv(v) != "" {
+			return nil
+		}
+	}
+	return errors.New("HOURGLASS_LEDGER=dynamodb needs DYNAMODB_ENDPOINT locally: run dynalite " +
+		"(npx dynalite --port 4567) and start with DYNAMODB_ENDPOINT=http://127.0.0.1:4567 HOURGLASS_CREATE_TABLES=true; " +
+		"for AWS's own DynamoDB, give AWS credentials and a region (AWS_PROFILE or AWS_ACCESS_KEY_ID, AWS_REGION)")
+}
+
+// subcommandArgs is the Args of a command that only groups others: a word
+// that names none of them is refused with the nearest names.
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return usageError{errors.New(msg)}
 }

@@ -22,7 +22,17 @@ import (
 const hourglassPkg = "github.com/hourglass/hourglass/cmd/hourglass" // the binary around this package
 
 func TestMain(m *testing.M) {
+	// Every hourglass serve the tests start advertises itself here, never
+	// in the user's cache directory, where a developer's own may run.
+	dir, err := os.MkdirTemp("", "hourglass-state-")
+	if err != nil {
+		panic(err)
+	}
+	if err := os.Setenv("HOURGLASS_STATE_DIR", dir); err != nil {
+		panic(err)
+	}
 	code := m.Run()
+	_ = os.RemoveAll(dir)
 	proctest.RemoveBuilds()
 	os.Exit(code)
 }

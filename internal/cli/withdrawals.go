@@ -18,7 +18,7 @@ func withdrawalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "withdrawals",
 		Short: "Look at one withdrawal, whoever owns it, and move its due time",
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(withdrawalsShowCmd(), withdrawalsRescheduleCmd())

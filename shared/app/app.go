@@ -49,7 +49,12 @@ const requestTimeout = 5 * time.Second
 // NewLogger returns the JSON logger every process uses, and routes go-redis's
 // own messages through it.
 func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return NewLoggerFrom(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// NewLoggerFrom is NewLogger over a handler of the caller's.
+func NewLoggerFrom(h slog.Handler) *slog.Logger {
+	log := slog.New(h)
 	redis.SetLogger(redisLogger{log})
 	return log
 }

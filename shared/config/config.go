@@ -54,6 +54,11 @@ type Config struct {
 	Auth          string `env:"HOURGLASS_AUTH" envDefault:"dev"`
 	AdminToken    Secret `env:"HOURGLASS_ADMIN_TOKEN" envDefault:"dev-admin"`
 	LogLevel      string `env:"HOURGLASS_LOG_LEVEL" envDefault:"info"`
+	// LogMetrics makes `hourglass serve` write its CloudWatch EMF metric
+	// lines beside its logs; without it they feed only the dashboard and
+	// /metrics. (A Lambda function always writes them: that is how
+	// CloudWatch gets them.)
+	LogMetrics bool `env:"HOURGLASS_LOG_METRICS" envDefault:"false"`
 
 	PayoutURL     string        `env:"PAYOUT_URL"`
 	PayoutSecret  Secret        `env:"PAYOUT_SIGNING_SECRET" envDefault:"dev-secret"`

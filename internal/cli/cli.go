@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/config"
-	"github.com/hourglass/hourglass/shared/delayq"
 	"github.com/hourglass/hourglass/shared/redisconn"
 )
 
@@ -89,23 +87,6 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 			cfg.RedisPrefix, hint)
 	}
 	return a, func() { _ = rdb.Close() }, nil
-}
-
-// findQueue returns the queue named name: withdrawals, sk:<item> of a
-// flash-sale item, or the flash sale's seckill-events.
-func findQueue(ctx context.Context, a *app.App, name string) (*delayq.Queue, error) {
-	qs, err := a.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(qs))
-	for _, q := range qs {
-		if q.Name() == name {
-			return q, nil
-		}
-		names = append(names, q.Name())
-	}
-	return nil, fmt.Errorf("no queue %q (queues: %s)", name, strings.Join(sortedQueueNames(names), ", "))
 }
 
 // terminal reports whether w is a terminal a person watches.

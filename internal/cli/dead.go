@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/delayq"
+	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
@@ -79,6 +80,10 @@ job's id is the withdrawal id.`,
 			} else if qs, err = a.Queues(ctx); err != nil {
 				return err
 			}
+			jobs, err := ops.ListDead(ctx, qs, limit)
+			if err != nil {
+				return err
+			}
 			type row struct {
 				Queue  string `json:"queue"`
 				Shard  int    `json:"shard"`
@@ -87,17 +92,9 @@ job's id is the withdrawal id.`,
 				died   time.Time
 			}
 			var rows []row
-			for _, q := range qs {
-				jobs, err := q.Dead(ctx, limit)
-				if err != nil {
-					return err
-				}
-				for _, j := range jobs {
-					rows = append(rows, row{Queue: q.Name(), Shard: j.Shard, ID: j.ID, DiedAt: clock.Format(j.DiedAt), died: j.DiedAt})
-				}
+			for _, j := range jobs {
+				rows = append(rows, row{Queue: j.Queue, Shard: j.Shard, ID: j.ID, DiedAt: clock.Format(j.DiedAt), died: j.DiedAt})
 			}
-			slices.SortStableFunc(rows, func(a, b row) int { return a.died.Compare(b.died) })
-			rows = rows[:min(limit, len(rows))]
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if rows == nil {
@@ -129,7 +126,7 @@ type deadOp struct {
 	name, done, short, long, example string
 	// destructive operations ask before they act.
 	destructive bool
-	run         func(ctx context.Context, q *delayq.Queue, n int, now time.Time, limit int, ids ...string) (delayq.Batch, error)
+	move        ops.Move
 }
 
 var requeueOp = deadOp{
@@ -141,9 +138,7 @@ the queue with --all. Work goes in bounded batches (one Lua script each).
 Exits 1 if a named job is not in the dead set (the others are requeued).`,
 	example: `  hourglass dead requeue --queue withdrawals wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z
   hourglass dead requeue --queue withdrawals --all`,
-	run: func(ctx context.Context, q *delayq.Queue, n int, now time.Time, limit int, ids ...string) (delayq.Batch, error) {
-		return q.RequeueDead(ctx, n, now, limit, ids...)
-	},
+	move: ops.Requeue,
 }
 
 var purgeOp = deadOp{
@@ -155,9 +150,7 @@ purchase) is left as it is. On a terminal it asks first; elsewhere it needs
 --yes. Exits 1 if a named job is not in the dead set (the others are purged).`,
 	example: `  hourglass dead purge --queue withdrawals wd_01KB6Y0Z3M5Q8R2T4V6W8X0Y1Z
   hourglass dead purge --queue sk:phone-1 --all --yes`,
-	run: func(ctx context.Context, q *delayq.Queue, n int, _ time.Time, limit int, ids ...string) (delayq.Batch, error) {
-		return q.PurgeDead(ctx, n, limit, ids...)
-	},
+	move: ops.Purge,
 }
 
 func deadMoveCmd(op deadOp) *cobra.Command {
@@ -182,7 +175,7 @@ func deadMoveCmd(op deadOp) *cobra.Command {
 			case batch < 1 || batch > delayq.MaxBatch:
 				return usagef("--batch must be within 1..%d", delayq.MaxBatch)
 			}
-			ids = dedupe(ids)
+			ids = ops.Dedupe(ids)
 			a, done, err := openApp(cmd)
 			if err != nil {
 				return err
@@ -205,22 +198,12 @@ func deadMoveCmd(op deadOp) *cobra.Command {
 				}
 			}
 			bar := newProgress(cmd, total, op.name+" "+q.Name())
-			var moved []string
-			if all {
-				moved, err = moveAll(ctx, q, op, a.Clock.Now(), batch, bar)
-			} else {
-				moved, err = moveNamed(ctx, q, op, a.Clock.Now(), ids, bar)
-			}
+			m, err := ops.MoveDead(ctx, q, op.move, a.Clock.Now(), batch, ids, bar.add)
 			bar.finish()
 			if err != nil {
 				return err
 			}
-			var missing []string
-			for _, id := range ids {
-				if !slices.Contains(moved, id) {
-					missing = append(missing, id)
-				}
-			}
+			moved, missing := m.IDs, m.NotDead
 			out := cmd.OutOrStdout()
 			if asJSON {
 				err = printJSON(out, map[string]any{"queue": q.Name(), op.done: nonNil(moved), "not_dead": nonNil(missing)})
@@ -248,43 +231,6 @@ func deadMoveCmd(op deadOp) *cobra.Command {
 	return cmd
 }
 
-// moveAll moves every dead job of q, shard by shard, a batch per script.
-func moveAll(ctx context.Context, q *delayq.Queue, op deadOp, now time.Time, batch int, bar *progress) ([]string, error) {
-	var moved []string
-	for n := range q.Shards() {
-		for {
-			b, err := op.run(ctx, q, n, now, batch)
-			if err != nil {
-				return moved, err
-			}
-			moved = append(moved, b.IDs...)
-			bar.add(len(b.IDs))
-			if b.Left == 0 || len(b.IDs) == 0 {
-				break
-			}
-		}
-	}
-	return moved, nil
-}
-
-// moveNamed moves the named dead jobs of q. A job id does not tell its shard,
-// so each batch of ids is offered to every shard; a shard moves only the ones
-// its dead set holds.
-func moveNamed(ctx context.Context, q *delayq.Queue, op deadOp, now time.Time, ids []string, bar *progress) ([]string, error) {
-	var moved []string
-	for chunk := range slices.Chunk(ids, delayq.MaxBatch) {
-		for n := range q.Shards() {
-			b, err := op.run(ctx, q, n, now, delayq.MaxBatch, chunk...)
-			if err != nil {
-				return moved, err
-			}
-			moved = append(moved, b.IDs...)
-			bar.add(len(b.IDs))
-		}
-	}
-	return moved, nil
-}
-
 // confirm asks a person at a terminal; without one it refuses, so that a
 // script must say --yes.
 func confirm(cmd *cobra.Command, question string) error {
@@ -305,21 +251,19 @@ func confirm(cmd *cobra.Command, question string) error {
 	return nil
 }
 
-func dedupe(ids []string) []string {
-	seen := make(map[string]bool, len(ids))
-	out := ids[:0:0]
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
 	}
 	return s
+}
+
+// findQueue returns the queue named name: withdrawals, sk:<item> of a
+// flash-sale item, or the flash sale's seckill-events.
+func findQueue(ctx context.Context, a *app.App, name string) (*delayq.Queue, error) {
+	qs, err := a.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ops.FindQueue(qs, name)
 }

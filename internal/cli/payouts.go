@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hourglass/hourglass/shared/clock"
+	"github.com/hourglass/hourglass/shared/ops"
 	"github.com/hourglass/hourglass/shared/validation"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -53,40 +54,9 @@ func payoutsUnresolvedCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			ws, err := a.Service.Unresolved(cmd.Context(), a.Config.MaxAttempts)
+			rows, err := ops.ListUnresolved(cmd.Context(), a.Service, a.Config.MaxAttempts, a.Config.PayoutIdempotencyWindow, time.Now())
 			if err != nil {
 				return err
-			}
-			type row struct {
-				ID     string `json:"id"`
-				Status string `json:"status"`
-				// Revision is what payouts resolve --revision names: the
-				// verdict is taken only if the record has not moved since.
-				Revision    int64  `json:"revision"`
-				MayHavePaid bool   `json:"may_have_paid"`
-				Attempts    int    `json:"attempts"`
-				FirstSentAt string `json:"first_sent_at,omitempty"`
-				NextAt      string `json:"next_attempt_at"`
-				// PastWindow: first sent longer ago than the provider
-				// remembers keys: it is never sent again blind.
-				PastWindow bool   `json:"past_idempotency_window"`
-				LastError  string `json:"last_error"`
-				// RequestID is the create's request id: search the logs by it.
-				RequestID string `json:"request_id,omitempty"`
-			}
-			now := time.Now()
-			rows := make([]row, 0, len(ws))
-			for _, w := range ws {
-				r := row{ID: w.ID, Status: string(w.Status), Revision: w.Revision, MayHavePaid: w.MaybePaid, Attempts: w.Attempts,
-					NextAt: clock.Format(w.DueAt), LastError: w.LastError, RequestID: w.RequestID}
-				if !w.FirstSentAt.IsZero() {
-					r.FirstSentAt = clock.Format(w.FirstSentAt)
-					r.PastWindow = now.Sub(w.FirstSentAt) > a.Config.PayoutIdempotencyWindow
-				}
-				if w.Status == withdrawal.Processing {
-					r.NextAt = clock.Format(w.ProcessingUntil)
-				}
-				rows = append(rows, r)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -151,18 +121,14 @@ it as it already ended does nothing.`,
 			if !cmd.Flags().Changed("revision") {
 				return usagef("give --revision <n>: the withdrawal's revision as you judged it (payouts unresolved lists it)")
 			}
-			r := withdrawal.Resolution{Status: withdrawal.Paid, PayoutID: paid, By: cmp.Or(by, operator(cmd.Context()))}
-			if failed != "" {
-				r = withdrawal.Resolution{Status: withdrawal.Failed, Reason: failed, By: r.By}
-			}
-			r.IfRevision = &revision
 			a, done, err := openApp(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			r.MaxAttempts = a.Config.MaxAttempts
-			w, err := a.Service.Resolve(cmd.Context(), args[0], r)
+			w, err := ops.Resolve(cmd.Context(), a.Service, args[0],
+				ops.Verdict{PayoutID: paid, Reason: failed, By: cmp.Or(by, operator(cmd.Context())), Revision: &revision},
+				a.Config.MaxAttempts)
 			var verr *validation.Error
 			switch {
 			case errors.Is(err, withdrawal.ErrNotFound):

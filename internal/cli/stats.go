@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/ops"
-	"github.com/hourglass/hourglass/shared/withdrawal"
 )
 
 func statsCmd() *cobra.Command {
@@ -104,22 +102,6 @@ func snapshot(cmd *cobra.Command, a *app.App) (ops.Snapshot, error) {
 	return ops.Collect(ctx, a.Clock.Now(), qs, a.Items)
 }
 
-// sortedQueueNames puts withdrawals first, then the rest by name.
-func sortedQueueNames(names []string) []string {
-	slices.SortFunc(names, func(a, b string) int {
-		switch {
-		case a == b:
-			return 0
-		case a == withdrawal.QueueName:
-			return -1
-		case b == withdrawal.QueueName:
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	return names
-}
-
 func printStats(w io.Writer, s ops.Snapshot) error {
 	t := newTable(w)
 	t.println("QUEUE\tDUE\tDUE NOW\tOLDEST DUE LAG\tIN FLIGHT\tDEAD")
@@ -127,7 +109,7 @@ func printStats(w io.Writer, s ops.Snapshot) error {
 	for name := range s.Queues {
 		names = append(names, name)
 	}
-	for _, name := range sortedQueueNames(names) {
+	for _, name := range ops.SortQueueNames(names) {
 		q := s.Queues[name]
 		t.printf("%s\t%d\t%d\t%s\t%d\t%d\n", name, q.Due, q.DueNow,
 			roundDuration(time.Duration(q.OldestDueLagMS)*time.Millisecond), q.Inflight, q.Dead)

@@ -25,41 +25,8 @@ func withdrawalsCmd() *cobra.Command {
 	return cmd
 }
 
-// operatorView is a withdrawal as operators see it: the API's fields and
-// the internal ones (the full last error, who rescheduled or resolved it).
-type operatorView struct {
-	httpapi.View
-	UserID           string `json:"user_id"`
-	Revision         int64  `json:"revision"`
-	MayHavePaid      bool   `json:"may_have_paid"`
-	FullLastError    string `json:"full_last_error,omitempty"`
-	RequestID        string `json:"request_id,omitempty"`
-	RescheduledBy    string `json:"rescheduled_by,omitempty"`
-	RescheduleReason string `json:"reschedule_reason,omitempty"`
-	RescheduledAt    string `json:"rescheduled_at,omitempty"`
-	RescheduledFrom  string `json:"rescheduled_from,omitempty"`
-	ResolvedBy       string `json:"resolved_by,omitempty"`
-	ResolvedAt       string `json:"resolved_at,omitempty"`
-}
-
-func viewOf(w withdrawal.Withdrawal) operatorView {
-	v := operatorView{View: httpapi.ViewOf(w), UserID: w.UserID, Revision: w.Revision, MayHavePaid: w.MaybePaid,
-		FullLastError: w.LastError, RequestID: w.RequestID, RescheduledBy: w.RescheduledBy,
-		RescheduleReason: w.RescheduleReason, ResolvedBy: w.ResolvedBy}
-	v.Status = w.Status // the ledger's status, not the one the user is shown
-	for _, t := range []struct {
-		at  time.Time
-		dst *string
-	}{{w.RescheduledAt, &v.RescheduledAt}, {w.RescheduledFrom, &v.RescheduledFrom}, {w.ResolvedAt, &v.ResolvedAt}} {
-		if !t.at.IsZero() {
-			*t.dst = clock.Format(t.at)
-		}
-	}
-	return v
-}
-
 func printWithdrawal(cmd *cobra.Command, w withdrawal.Withdrawal, asJSON bool) error {
-	v := viewOf(w)
+	v := httpapi.OperatorViewOf(w)
 	out := cmd.OutOrStdout()
 	if asJSON {
 		return printJSON(out, v)

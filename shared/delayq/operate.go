@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -177,4 +179,92 @@ func decodeBatch(res []any) (Batch, error) {
 	}
 	b.Left, _ = res[1].(int64)
 	return b, nil
+}
+
+// Job states a Place reports.
+const (
+	StateScheduled = "scheduled"
+	StateInFlight  = "in_flight"
+	StateDead      = "dead"
+)
+
+// Place is where a job is in a queue.
+type Place struct {
+	Queue string `json:"queue"`
+	Shard int    `json:"shard"`
+	ID    string `json:"id"`
+	// State is scheduled, in_flight or dead.
+	State string `json:"state"`
+	// At is when it is due (scheduled), when its lease ends (in flight),
+	// or when it died (dead).
+	At time.Time `json:"at"`
+}
+
+// Locate reports where the jobs refs name are, in one pipelined round trip:
+// one Place per set holding one of them (none for a job the queue does not
+// hold). Refs on shards the queue does not have are skipped.
+func (q *Queue) Locate(ctx context.Context, refs ...Ref) ([]Place, error) {
+	type look struct {
+		ref   Ref
+		state string
+		cmd   *redis.FloatCmd
+	}
+	var looks []look
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range refs {
+			if r.Shard < 0 || r.Shard >= len(q.keys) {
+				continue
+			}
+			k := q.keys[r.Shard]
+			for _, s := range []struct{ state, key string }{{StateScheduled, k.Due}, {StateInFlight, k.Inflight}, {StateDead, k.Dead}} {
+				looks = append(looks, look{ref: r, state: s.state, cmd: p.ZScore(ctx, s.key, r.ID)})
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("delayq: locate %d jobs of %s: %w", len(refs), q.name, err)
+	}
+	var out []Place
+	for _, l := range looks {
+		if l.cmd.Err() != nil {
+			continue
+		}
+		out = append(out, Place{Queue: q.name, Shard: l.ref.Shard, ID: l.ref.ID, State: l.state,
+			At: time.UnixMilli(int64(l.cmd.Val())).UTC()})
+	}
+	return out, nil
+}
+
+// Search scans every shard's due, in-flight and dead sets for jobs whose id
+// matches the glob pattern (ZSCAN MATCH: it reads the whole sets, in steps
+// of a few hundred, for operators' look-ups, not hot paths) and returns up
+// to limit of them.
+func (q *Queue) Search(ctx context.Context, pattern string, limit int) ([]Place, error) {
+	var out []Place
+	for n, k := range q.keys {
+		for _, s := range []struct{ state, key string }{{StateScheduled, k.Due}, {StateInFlight, k.Inflight}, {StateDead, k.Dead}} {
+			var cursor uint64
+			for {
+				kv, next, err := q.rdb.ZScan(ctx, s.key, cursor, pattern, 500).Result()
+				if err != nil {
+					return nil, fmt.Errorf("delayq: search %s: %w", k.Tag, err)
+				}
+				for i := 0; i+1 < len(kv); i += 2 {
+					score, err := strconv.ParseFloat(kv[i+1], 64)
+					if err != nil {
+						continue
+					}
+					out = append(out, Place{Queue: q.name, Shard: n, ID: kv[i], State: s.state, At: time.UnixMilli(int64(score)).UTC()})
+					if len(out) >= limit {
+						return out, nil
+					}
+				}
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -257,3 +257,47 @@ func TestPurgeDeadJobs(t *testing.T) {
 		}
 	})
 }
+
+// TestLocateAndSearchTellWhereJobsAre: a job scheduled, one in flight and
+// one dead, each found where it is (by id on its shard, or by pattern over
+// every shard), with its time; a job the queue does not hold is nowhere.
+func TestLocateAndSearchTellWhereJobsAre(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		q := newQueue(t, b, 2)
+		killAt(t, q, 1, t0, "pu_1|1|0|ann")
+		if err := q.Add(ctx, 0, "ex|pu_1|1|0|ann", t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Add(ctx, 0, "pu_2|1|0|bob", t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Claim(ctx, 0, t0, time.Minute, 1); err != nil { // pu_2 is due first
+			t.Fatal(err)
+		}
+		name := q.Name()
+		got, err := q.Locate(ctx, delayq.Ref{Shard: 1, ID: "pu_1|1|0|ann"}, delayq.Ref{Shard: 0, ID: "ex|pu_1|1|0|ann"},
+			delayq.Ref{Shard: 0, ID: "pu_2|1|0|bob"}, delayq.Ref{Shard: 0, ID: "nothing"}, delayq.Ref{Shard: 7, ID: "pu_2|1|0|bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []delayq.Place{
+			{Queue: name, Shard: 1, ID: "pu_1|1|0|ann", State: delayq.StateDead, At: t0},
+			{Queue: name, Shard: 0, ID: "ex|pu_1|1|0|ann", State: delayq.StateScheduled, At: t0.Add(time.Hour)},
+			{Queue: name, Shard: 0, ID: "pu_2|1|0|bob", State: delayq.StateInFlight, At: t0.Add(time.Minute)},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("locate (-want +got):\n%s", diff)
+		}
+		found, err := q.Search(ctx, "*pu_1|*", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]delayq.Place{want[1], want[0]}, found); diff != "" {
+			t.Errorf("search (-want +got):\n%s", diff)
+		}
+		if found, err := q.Search(ctx, "*", 1); err != nil || len(found) != 1 {
+			t.Errorf("search bounded by 1: %v %v", found, err)
+		}
+	})
+}

@@ -188,6 +188,16 @@ func (rt *Router) serve(ctx context.Context, ev *events.APIGatewayV2HTTPRequest)
 	return resp, r.pattern
 }
 
+// Pattern returns the pattern of the route that serves method on path, as
+// Serve logs it, or "" when none does: a label of bounded cardinality (ids
+// stay parameters) for figures per route.
+func (rt *Router) Pattern(method, path string) string {
+	if r, _, _ := rt.match(method, path); r != nil {
+		return r.pattern
+	}
+	return ""
+}
+
 func (rt *Router) match(method, path string) (*route, map[string]string, []string) {
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var allow []string

@@ -29,9 +29,21 @@ type APIHandler func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 type Gateway struct {
 	Handler APIHandler
 	Log     *slog.Logger
+	// Route, if set, names the route template of a request ("" for none);
+	// Observe, if set, hears of every answer by that name, with its status
+	// and how long it took. Templates, not paths: ids must not become
+	// labels.
+	Route   func(method, path string) string
+	Observe func(route string, status int, took time.Duration)
 }
 
 func (g Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.Observe != nil {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		w = rec
+		defer func() { g.Observe(g.routeOf(r), rec.status, time.Since(start)) }()
+	}
 	// Read one byte past the handler's limit so it can answer 413 itself.
 	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.MaxBody+1))
 	if err != nil {
@@ -65,6 +77,27 @@ func (g Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(out)
+}
+
+// routeOf is "METHOD /template" of r, or "METHOD (no route)".
+func (g Gateway) routeOf(r *http.Request) string {
+	if g.Route != nil {
+		if p := g.Route(r.Method, r.URL.EscapedPath()); p != "" {
+			return r.Method + " " + p
+		}
+	}
+	return r.Method + " (no route)"
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 // Event builds the API Gateway v2 event of an HTTP request, as API Gateway

@@ -79,7 +79,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(Run
 	firstWait := watch.check(ctx, &since, &backoff)
 	// The dashboard adds up the metrics lines the app writes; the terminal
 	// gets them only when asked (they would bury the log lines people read).
-	tally := NewTally(a.Clock, 10*time.Second, 15*time.Minute)
+	tally := NewTally(a.Clock, 10*time.Second, time.Hour)
 	if cfg.LogMetrics {
 		a.EmitMetricsTo(io.MultiWriter(out, tally))
 	} else {
@@ -112,10 +112,11 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(Run
 	}
 	a.OnScheduled(p.Notify)
 
-	handler := localServer{api: Gateway{Handler: a.Router().Serve, Log: log}}
+	rt := a.Router()
+	handler := localServer{api: Gateway{Handler: rt.Serve, Log: log, Route: rt.Pattern, Observe: tally.ObserveRequest}}
 	dashboard := ""
 	if cfg.Auth == "dev" { // admin routes answer X-Admin-Token only in dev mode
-		handler.dashboard = Dashboard{Token: string(cfg.AdminToken), Tally: tally}
+		handler.dashboard = Dashboard{Token: string(cfg.AdminToken), Tally: tally, App: a}
 		dashboard = "http://" + ln.Addr().String() + DashboardPath
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

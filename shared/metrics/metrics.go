@@ -72,6 +72,9 @@ const (
 	// that failed (the consumer emits it); the order stays awaiting payment
 	// and its stock held until one succeeds.
 	OrderExpiryFailures = "OrderExpiryFailures"
+	// PayoutDueToPaidMs is, for each payout the payout step makes, the
+	// time from the withdrawal's due time to its payment.
+	PayoutDueToPaidMs = "PayoutDueToPaidMs"
 )
 
 // maxValues is EMF's limit of values per metric in one line.

@@ -209,6 +209,10 @@ func (p *Processor) ProcessClaimed(ctx context.Context, ref Ref, claimed time.Ti
 	switch w.Status {
 	case Paid:
 		p.cfg.Metrics.Count(metrics.PayoutsPaid, 1, nil)
+		if !w.ProcessedAt.IsZero() {
+			p.cfg.Metrics.Emit(nil, metrics.Of(metrics.PayoutDueToPaidMs, metrics.Milliseconds,
+				float64(max(w.ProcessedAt.Sub(w.DueAt), 0).Milliseconds())))
+		}
 	case Failed:
 		p.cfg.Metrics.Count(metrics.PayoutsFailed, 1, nil)
 	case Retrying:

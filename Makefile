@@ -123,7 +123,10 @@ node_modules/.bin/dynalite: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-.PHONY: e2e invoke rie test-faults check-model
+.PHONY: e2e invoke rie test-faults check-model screenshots
+
+screenshots: node_modules/.bin/dynalite ## Retake the dashboard's screenshots in docs/img (the Chromium test, with HOURGLASS_DOC_SHOTS=1)
+	HOURGLASS_DOC_SHOTS=1 $(GO) test -count=1 -run '^TestDashboardInChromium$$' ./internal/cli/
 
 test-faults: node_modules/.bin/dynalite ## Fault runs (SIGKILLs, Redis crash, provider errors, SQS failures, cluster failover, toxiproxy network faults) judged by the history checker, then a 30 s soak (leaks, lost or repeated payouts)
 	HOURGLASS_FAULT_RUNS=1 $(GO) test -race -count=1 -v -timeout 20m -run '^TestFault' ./internal/faults/

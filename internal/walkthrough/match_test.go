@@ -100,8 +100,10 @@ func TestParse(t *testing.T) {
 		"More text.",
 		"```sh", "echo two", "```",
 		"Prose between: not its output.",
-		"```", "log line", "```",
+		"```", "not shown as output", "```",
+		"```log", "a log line", "```",
 		"```json", `{"not":"run"}`, "```",
+		"```log", "another", "```",
 		"## Walkthrough: two",
 		"```sh", "true", "```",
 		"```json", `{"a":1}`, "```",
@@ -111,9 +113,9 @@ func TestParse(t *testing.T) {
 	want := []Walkthrough{
 		{Title: "one", Line: 6, Blocks: []Block{
 			{Line: 8, Script: "A=1\necho $A\n", Want: []string{"1"}},
-			{Line: 17, Script: "echo two\n"},
+			{Line: 17, Script: "echo two\n", Log: []string{"a log line", "another"}},
 		}},
-		{Title: "two", Line: 27, Blocks: []Block{{Line: 28, Script: "true\n", Want: []string{`{"a":1}`}}}},
+		{Title: "two", Line: 33, Blocks: []Block{{Line: 34, Script: "true\n", Want: []string{`{"a":1}`}}}},
 	}
 	if diff := cmp.Diff(want, Parse(page)); diff != "" {
 		t.Errorf("Parse (-want +got):\n%s", diff)

@@ -34,8 +34,10 @@ const blockTimeout = 3 * time.Minute
 // becomes that server's address, and `go run ./cmd/hourglass` the binary
 // built here (the same program, without compiling it again per call). The
 // output block the README shows after a sh block must match what the block
-// printed (see Match). When it stops, serve must exit 0, as the README says
-// of Ctrl-C.
+// printed (see Match), and the ```log blocks after it what serve has
+// printed by then (waited for a bounded time: a log line may follow the
+// answer that caused it). When it stops, serve must exit 0, as the README
+// says of Ctrl-C.
 func TestReadmeWalkthroughs(t *testing.T) {
 	root := repoRoot(t)
 	page, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -55,10 +57,13 @@ func TestReadmeWalkthroughs(t *testing.T) {
 	for _, wt := range wts {
 		t.Run(wt.Title, func(t *testing.T) {
 			t.Parallel()
-			checked := 0
+			checked, logs := 0, 0
 			for _, b := range wt.Blocks {
 				if b.Want != nil {
 					checked++
+				}
+				if b.Log != nil {
+					logs++
 				}
 			}
 			if checked == 0 {
@@ -70,15 +75,21 @@ func TestReadmeWalkthroughs(t *testing.T) {
 			start := time.Now()
 			for i, b := range wt.Blocks {
 				out, status := sh.run(t, i, rewrite.Replace(b.Script))
-				if b.Want == nil {
-					continue
+				if b.Want != nil {
+					if err := Match(b.Want, out); err != nil {
+						t.Fatalf("README.md:%d: the block's output is not what the README shows: %v\n"+
+							"--- the block ---\n%s--- what it printed (last status %d) ---\n%s", b.Line, err, b.Script, status, out)
+					}
 				}
-				if err := Match(b.Want, out); err != nil {
-					t.Fatalf("README.md:%d: the block's output is not what the README shows: %v\n"+
-						"--- the block ---\n%s--- what it printed (last status %d) ---\n%s", b.Line, err, b.Script, status, out)
+				if b.Log != nil {
+					if err := srv.logShows(b.Log); err != nil {
+						t.Fatalf("README.md:%d: after the block, serve's output is not what the README shows: %v\n"+
+							"--- the block ---\n%s", b.Line, err, b.Script)
+					}
 				}
 			}
-			t.Logf("%d blocks, %d outputs checked, in %s", len(wt.Blocks), checked, time.Since(start).Round(time.Millisecond))
+			t.Logf("%d blocks, %d outputs and %d logs checked, in %s", len(wt.Blocks), checked, logs,
+				time.Since(start).Round(time.Millisecond))
 			sh.close(t)
 			srv.stop(t)
 		})
@@ -175,6 +186,25 @@ func startServe(t *testing.T, bin string) *server {
 	}
 	t.Fatal("serve was not healthy within a minute")
 	return nil
+}
+
+// logWait bounds the wait for a log line the README shows.
+const logWait = 30 * time.Second
+
+// logShows waits until what serve printed so far shows want (see Match).
+func (s *server) logShows(want []string) error {
+	deadline := time.Now().Add(logWait)
+	for {
+		out, err := os.ReadFile(s.log)
+		if err != nil {
+			return err
+		}
+		err = Match(want, string(out))
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // stop sends what Ctrl-C sends and wants exit 0.

@@ -1,8 +1,9 @@
 // Package walkthrough reads the walkthroughs of a Markdown page (each
-// "## Walkthrough:" section, its ```sh blocks and the output block after
-// each) and judges a command's real output against the output the page
-// shows, so a test can run the page's commands as written and fail when the
-// page no longer says what the code does.
+// "## Walkthrough:" section, its ```sh blocks, the output block after each
+// and the ```log blocks that show what the server logs meanwhile) and judges
+// a command's real output against the output the page shows, so a test can
+// run the page's commands as written and fail when the page no longer says
+// what the code does.
 package walkthrough
 
 import (
@@ -26,9 +27,12 @@ type Block struct {
 	// Script is the block's text, run as it is.
 	Script string
 	// Want is the output the page shows right after the block (a fence
-	// other than sh, with nothing but blank lines before it); nil when the
-	// page shows none.
+	// other than sh and log, with nothing but blank lines before it); nil
+	// when the page shows none.
 	Want []string
+	// Log is what the page says the server's terminal shows once the
+	// block ran: the ```log blocks after it, before the next sh block.
+	Log []string
 }
 
 const heading = "## Walkthrough:"
@@ -57,6 +61,10 @@ func Parse(page string) []Walkthrough {
 			continue
 		}
 		body, end := fenced(lines, i)
+		if cur != nil && m[1] == "log" && len(cur.Blocks) > 0 {
+			last := &cur.Blocks[len(cur.Blocks)-1]
+			last.Log = append(last.Log, body...)
+		}
 		if cur == nil || m[1] != "sh" {
 			i = end
 			continue
@@ -68,7 +76,7 @@ func Parse(page string) []Walkthrough {
 			j++
 		}
 		if j < len(lines) {
-			if n := fenceRe.FindStringSubmatch(lines[j]); n != nil && n[1] != "sh" {
+			if n := fenceRe.FindStringSubmatch(lines[j]); n != nil && n[1] != "sh" && n[1] != "log" {
 				want, wend := fenced(lines, j)
 				b.Want = want
 				end = wend
@@ -108,15 +116,14 @@ func Pattern(want string) *regexp.Regexp {
 	var b strings.Builder
 	b.WriteString("^")
 	for len(want) > 0 {
-		switch loc := firstOf(want); {
-		case loc == nil:
+		loc := firstOf(want)
+		if loc == nil {
 			b.WriteString(regexp.QuoteMeta(want))
-			want = ""
-		default:
-			b.WriteString(regexp.QuoteMeta(want[:loc[0]]))
-			b.WriteString(loc2re(want[loc[0]:loc[1]]))
-			want = want[loc[1]:]
+			break
 		}
+		b.WriteString(regexp.QuoteMeta(want[:loc[0]]))
+		b.WriteString(loc2re(want[loc[0]:loc[1]]))
+		want = want[loc[1]:]
 	}
 	b.WriteString("$")
 	return regexp.MustCompile(b.String())

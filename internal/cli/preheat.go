@@ -144,7 +144,8 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 	f.StringVar(&currency, "currency", "", "currency of the price (one of HOURGLASS_CURRENCIES)")
 	f.DurationVar(&window, "payment-window", 0, "how long an order may be paid (needs a price), e.g. 15m")
 	f.BoolVar(&asJSON, "json", false,
-		`print the item state {"item_id","status","stock_left","starts_at","ends_at","per_user_limit","price","currency","payment_window_seconds"}`)
+		`print the item state {"item_id","status","stock_left","starts_at","ends_at","per_user_limit","price","currency",`+
+			`"payment_window_seconds"} (see `+jsonDoc+`)`)
 	return cmd
 }
 

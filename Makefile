@@ -98,7 +98,7 @@ vet: ## go vet and gofmt
 lint: ## golangci-lint v2 (pinned in go.mod) over the whole tree
 	$(GO) tool golangci-lint run ./...
 
-tools: ## Install what the tests need when missing (redis-server, zip, npm, chromium; apt-get): .ci/provision
+tools: ## Install what the tests need when missing (redis-server, zip, npm, chromium, curl, jq; apt-get): .ci/provision
 	@bash .ci/provision
 
 # tools first: vet and npm ci need what it installs.

@@ -197,6 +197,11 @@ func (p *printer) flush() error {
 }
 
 // printJSON writes v as one line of JSON.
+// jsonDoc is where the --json documents of peek, dead list, payouts
+// unresolved and preheat are described, field by field (a test in this
+// package holds the page to what the commands print).
+const jsonDoc = "docs/operations.md#the-commands-json-output"
+
 func printJSON(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -117,7 +117,7 @@ job's id is the withdrawal id.`,
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", "", "only this queue (withdrawals, sk:<item>, seckill-events); default every queue")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 100, "how many jobs to list")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"jobs":[{"queue","shard","id","died_at"}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"jobs":[{"queue","shard","id","died_at"}]} (see `+jsonDoc+`)`)
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,13 +264,33 @@ func TestOperatorRequeuesADeadPayout(t *testing.T) {
 	if st["item_id"] != "phone-9" || st["status"] != "live" || st["stock_left"] != float64(3) {
 		t.Errorf("preheat: %v", st)
 	}
-	if got := s.do("GET", "/v1/seckill/items/phone-9", "", nil, ""); got.body["stock_left"] != float64(3) || got.body["status"] != "live" {
-		t.Errorf("item after preheat: %s", got.raw)
+	// The sale's terms: no price, no payment window.
+	for k, want := range map[string]any{"per_user_limit": float64(1), "price": nil, "currency": nil, "payment_window_seconds": nil} {
+		if v, ok := st[k]; !ok || v != want {
+			t.Errorf("preheat: %s = %v (present %v), want %v", k, v, ok, want)
+		}
 	}
-	okJSON(t, env, &st, "preheat", "tea-9", "--stock", "2", "--ends", "1h", "--price", "9.99", "--currency", "CNY",
+	if got := s.do("GET", "/v1/seckill/items/phone-9", "", nil, ""); !cmp.Equal(got.body, st) {
+		t.Errorf("item after preheat: %s, want what preheat printed: %v", got.raw, st)
+	}
+	okJSON(t, env, &st, "preheat", "tea-9", "--stock", "2", "--ends", "1h", "--price", "9.9", "--currency", "CNY",
 		"--payment-window", "30s", "--json")
-	if st["item_id"] != "tea-9" || st["stock_left"] != float64(2) {
-		t.Errorf("preheat with a payment window: %v", st)
+	if st["item_id"] != "tea-9" || st["stock_left"] != float64(2) || st["per_user_limit"] != float64(1) ||
+		st["price"] != "9.90" || st["currency"] != "CNY" || st["payment_window_seconds"] != float64(30) {
+		t.Errorf("preheat with a price and a payment window: %v", st)
+	}
+	if got := s.do("GET", "/v1/seckill/items/tea-9", "", nil, ""); !cmp.Equal(got.body, st) {
+		t.Errorf("item after preheat: %s, want what preheat printed: %v", got.raw, st)
+	}
+	// For people: the same terms in one line.
+	line := ok(t, env, "preheat", "tea-10", "--stock", "4", "--ends", "2030-01-01T00:00:00Z", "--per-user-limit", "2",
+		"--price", "1200", "--currency", "JPY", "--payment-window", "15m")
+	if want := regexp.MustCompile(`^tea-10: live, 4 left, on sale \S+ \.\. 2030-01-01T00:00:00\.000Z, 2 per buyer, ` +
+		`1200 JPY each, to be paid within 15m0s\n$`); !want.MatchString(line) {
+		t.Errorf("preheat printed %q, want %s", line, want)
+	}
+	if line := ok(t, env, "preheat", "phone-10", "--stock", "1", "--ends", "1h"); !strings.HasSuffix(line, ", 1 per buyer\n") {
+		t.Errorf("preheat without a price printed %q, want it to end with the limit", line)
 	}
 	for _, args := range [][]string{
 		{"preheat", "phone-9", "--stock", "0", "--ends", "1h"},

@@ -82,7 +82,8 @@ func payoutsUnresolvedCmd() *cobra.Command {
 			return t.flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"withdrawals":[{"id","status","revision","may_have_paid","attempts",...}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false,
+		`print {"withdrawals":[{"id","status","revision","may_have_paid","attempts",...}]} (see `+jsonDoc+`)`)
 	return cmd
 }
 

@@ -69,6 +69,6 @@ A withdrawal job's id is the withdrawal id.`,
 		},
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many jobs to list")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"queue","jobs":[{"shard","id","due_at"}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"queue","jobs":[{"shard","id","due_at"}]} (see `+jsonDoc+`)`)
 	return cmd
 }

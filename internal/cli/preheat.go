@@ -130,7 +130,7 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 			if asJSON {
 				return printJSON(out, st)
 			}
-			_, err = fmt.Fprintf(out, "%s: %s, %d left, on sale %s .. %s\n", st.ItemID, st.Status, st.StockLeft, st.StartsAt, st.EndsAt)
+			_, err = fmt.Fprintln(out, stateLine(st))
 			return err
 		},
 	}
@@ -143,8 +143,24 @@ Prints the item's state, as GET /v1/seckill/items/{item_id} answers it.`,
 	f.StringVar(&price, "price", "", "price of one unit, a decimal string (with --currency)")
 	f.StringVar(&currency, "currency", "", "currency of the price (one of HOURGLASS_CURRENCIES)")
 	f.DurationVar(&window, "payment-window", 0, "how long an order may be paid (needs a price), e.g. 15m")
-	f.BoolVar(&asJSON, "json", false, `print the item state {"item_id","status","stock_left","starts_at","ends_at"}`)
+	f.BoolVar(&asJSON, "json", false,
+		`print the item state {"item_id","status","stock_left","starts_at","ends_at","per_user_limit","price","currency",`+
+			`"payment_window_seconds"} (see `+jsonDoc+`)`)
 	return cmd
+}
+
+// stateLine is an item's state for people: where the sale stands, then its
+// terms (the price and payment window only where the item has them).
+func stateLine(st seckill.State) string {
+	line := fmt.Sprintf("%s: %s, %d left, on sale %s .. %s, %d per buyer", st.ItemID, st.Status, st.StockLeft,
+		st.StartsAt, st.EndsAt, st.PerUserLimit)
+	if st.Price != nil && st.Currency != nil {
+		line += fmt.Sprintf(", %s %s each", *st.Price, *st.Currency)
+	}
+	if st.PaymentWindowSeconds != nil {
+		line += fmt.Sprintf(", to be paid within %s", time.Duration(*st.PaymentWindowSeconds)*time.Second)
+	}
+	return line
 }
 
 // parseWhen reads an RFC 3339 time, or a duration from now.

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -577,6 +579,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		if strings.HasSuffix(st, " 500") { // a bug answers it; no test can make one on purpose
 			continue
 		}
+		if strings.HasSuffix(st, " 405") { // answered to the path's other methods: TestOpenAPIMethodNotAllowed
+			continue
+		}
 		if sp.seen[st] == 0 {
 			missing = append(missing, st)
 		}
@@ -593,4 +598,70 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestOpenAPIMethodNotAllowed: every operation declares the shared 405
+// response, and every path of the spec answers each method it does not
+// serve with that response: a problem whose Allow header lists exactly the
+// methods the spec gives the path. The answer is validated as the 405 of
+// each of the path's operations (status, Allow, body), so the declaration
+// cannot drift from what the router sends.
+func TestOpenAPIMethodNotAllowed(t *testing.T) {
+	sp := loadSpec(t)
+	u, _ := backends[1].start(t)
+	app := newStack(t, u, nil)
+	op := operatorStack(newStack(t, u, nil))
+	const ref = "#/components/responses/MethodNotAllowed"
+	methods := []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	for tmpl, item := range sp.model.Paths.PathItems.FromOldest() {
+		var allow []string
+		for method, o := range item.GetOperations().FromOldest() {
+			allow = append(allow, strings.ToUpper(method))
+			r, ok := o.Responses.Codes.Get("405")
+			if !ok {
+				t.Errorf("%s %s declares no 405", strings.ToUpper(method), tmpl)
+				continue
+			}
+			if got := cmp.Or(r.GetReference(), r.GoLow().GetReference()); got != ref {
+				t.Errorf("%s %s: its 405 is %q, want the shared %s", strings.ToUpper(method), tmpl, got, ref)
+			}
+		}
+		slices.Sort(allow)
+		// A concrete path of the template: every {parameter} a valid value.
+		path := regexp.MustCompile(`\{[^}]+\}`).ReplaceAllString(tmpl, "p-1")
+		s := app
+		if tmpl == "/v1/admin/operator" { // the operator function's one route
+			s = op
+		}
+		for _, m := range methods {
+			if slices.Contains(allow, m) {
+				continue
+			}
+			ev := event(t, "healthz", "", route(m, path))
+			raw, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := s.invoke(t, raw)
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s answered %d, want 405: %s", m, path, resp.StatusCode, resp.Body)
+				continue
+			}
+			got := strings.Split(resp.Headers["Allow"], ", ")
+			slices.Sort(got)
+			if !slices.Equal(got, allow) {
+				t.Errorf("%s %s: Allow %q, want the spec's methods of %s %v", m, path, resp.Headers["Allow"], tmpl, allow)
+			}
+			for _, a := range allow {
+				// The answer as the 405 that operation declares.
+				as := ev
+				as.RequestContext.HTTP.Method = a
+				req := httpRequest(as)
+				if ok, errs := sp.v.ValidateHttpResponse(req, httpResponse(req, resp)); !ok {
+					t.Errorf("%s %s -> 405 breaks the 405 of %s %s:%s\nheaders %v\nbody %s", m, path, a, tmpl,
+						describe(errs), resp.Headers, resp.Body)
+				}
+			}
+		}
+	}
 }

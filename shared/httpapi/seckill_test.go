@@ -131,7 +131,8 @@ func saleJSON(stock int, starts, ends time.Time, limit, shards int) string {
 
 // ---- responses ----
 
-var stateFields = []string{"ends_at", "item_id", "starts_at", "status", "stock_left"}
+var stateFields = []string{"currency", "ends_at", "item_id", "payment_window_seconds", "per_user_limit", "price", "starts_at", "status",
+	"stock_left"}
 
 var purchaseFields = []string{"amount", "created_at", "currency", "item_id", "order_id", "pay_by", "purchase_id", "quantity", "status"}
 
@@ -167,6 +168,8 @@ func wantPurchase(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int
 
 func strPtr(s string) *string { return &s }
 
+func int64Ptr(n int64) *int64 { return &n }
+
 // ---- driving the sale ----
 
 // open preheats item through the router: live since a minute ago, for an hour.
@@ -176,7 +179,7 @@ func (s *saleStack) open(t *testing.T, item string, stock, limit, shards int) se
 	starts, ends := now.Add(-time.Minute).Truncate(time.Millisecond), now.Add(time.Hour).Truncate(time.Millisecond)
 	resp := s.invoke(t, itemPayload(t, "seckill-preheat", item, body(saleJSON(stock, starts, ends, limit, shards))))
 	want := seckill.State{ItemID: item, Status: seckill.Live, StockLeft: int64(stock),
-		StartsAt: clock.Format(starts), EndsAt: clock.Format(ends)}
+		StartsAt: clock.Format(starts), EndsAt: clock.Format(ends), PerUserLimit: limit}
 	wantState(t, resp, want)
 	return want
 }
@@ -337,7 +340,7 @@ func TestSeckillFixtures(t *testing.T) {
 			"2099-01-01T00:00:00Z", ends.Format(time.RFC3339)).Replace(ev.Body))
 		resp := s.invoke(t, itemPayload(t, "seckill-preheat", fixtureItem, live))
 		sale := seckill.State{ItemID: fixtureItem, Status: seckill.Live, StockLeft: 1000,
-			StartsAt: clock.Format(starts), EndsAt: clock.Format(ends)}
+			StartsAt: clock.Format(starts), EndsAt: clock.Format(ends), PerUserLimit: 1}
 		wantState(t, resp, sale)
 		if id := resp.Headers["X-Request-Id"]; id != "req-1" {
 			t.Errorf("X-Request-Id %q, want the event's req-1", id)
@@ -479,9 +482,9 @@ func TestSeckillItemStatus(t *testing.T) {
 	eachBackend(t, func(t *testing.T, redisURL string) {
 		s := newSaleStack(t, redisURL, nil, clock.NewFake(fixtureStarts.Add(-time.Hour)), nil)
 		sale := seckill.State{ItemID: fixtureItem, Status: seckill.Upcoming, StockLeft: 1000,
-			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"}
+			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z", PerUserLimit: 1}
 		last := seckill.State{ItemID: "last-one", Status: seckill.Upcoming, StockLeft: 1,
-			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"}
+			StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z", PerUserLimit: 1}
 
 		t.Log("an hour before: upcoming")
 		wantState(t, s.invoke(t, rawFixture(t, "seckill-preheat")), sale)
@@ -615,7 +618,7 @@ func TestSeckillPublicStateNeedsNoIdentity(t *testing.T) {
 			before := snapshot(t, s.rdb)
 			resp = s.invoke(t, itemPayload(t, "seckill-item", "public", tc.mods...))
 			wantState(t, resp, seckill.State{ItemID: "public", Status: seckill.Live, StockLeft: 1000,
-				StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"})
+				StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z", PerUserLimit: 1})
 			wantUnchanged(t, before, snapshot(t, s.rdb))
 		})
 	}
@@ -1006,7 +1009,7 @@ func TestSeckillOrdersPendingThenPreheat(t *testing.T) {
 		s.makeOrders(t, fixtureItem, s.clk.Now())
 		t.Log("every order made: the preheat resets the sale")
 		wantState(t, s.invoke(t, rawFixture(t, "seckill-preheat")), seckill.State{ItemID: fixtureItem, Status: seckill.Live,
-			StockLeft: 1000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z"})
+			StockLeft: 1000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2099-01-01T00:00:00.000Z", PerUserLimit: 1})
 		checkProblem(t, s.invoke(t, rawFixture(t, "seckill-purchase-me")), want{status: 404, code: "not_found"})
 		again := s.buy(t, fixtureItem, fixtureUser)
 		if again.PurchaseID == first.PurchaseID {
@@ -1286,17 +1289,23 @@ func TestSeckillPreheatAccepts(t *testing.T) {
 			want seckill.State
 		}{
 			{"the largest sale", `{"stock":10000000,"starts_at":"2026-11-29T10:00:00Z","ends_at":"2026-11-29T12:00:00Z","per_user_limit":100,"shards":64}`,
-				seckill.State{Status: seckill.Live, StockLeft: 10_000_000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"}},
+				seckill.State{Status: seckill.Live, StockLeft: 10_000_000, StartsAt: "2026-11-29T10:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z", PerUserLimit: 100}},
 			{"one unit", `{"stock":1,"ends_at":"2026-11-29T10:30:00.251Z"}`,
-				seckill.State{Status: seckill.Live, StockLeft: 1, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T10:30:00.251Z"}},
+				seckill.State{Status: seckill.Live, StockLeft: 1, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T10:30:00.251Z", PerUserLimit: 1}},
 			{"defaults: starts now, 1 per user, 1 shard", `{"stock":5,"ends_at":"2026-11-29T12:00:00Z"}`,
-				seckill.State{Status: seckill.Live, StockLeft: 5, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z"}},
+				seckill.State{Status: seckill.Live, StockLeft: 5, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z", PerUserLimit: 1}},
 			{"times with offsets and nanoseconds", `{"stock":5,"starts_at":"2026-11-29T19:00:00.123456789+08:00","ends_at":"2026-11-29T20:00:00-02:00"}`,
-				seckill.State{Status: seckill.Upcoming, StockLeft: 5, StartsAt: "2026-11-29T11:00:00.123Z", EndsAt: "2026-11-29T22:00:00.000Z"}},
+				seckill.State{Status: seckill.Upcoming, StockLeft: 5, StartsAt: "2026-11-29T11:00:00.123Z", EndsAt: "2026-11-29T22:00:00.000Z", PerUserLimit: 1}},
 			{"starts in the past", `{"stock":5,"starts_at":"2020-01-01T00:00:00Z","ends_at":"2026-11-29T12:00:00Z"}`,
-				seckill.State{Status: seckill.Live, StockLeft: 5, StartsAt: "2020-01-01T00:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z"}},
+				seckill.State{Status: seckill.Live, StockLeft: 5, StartsAt: "2020-01-01T00:00:00.000Z", EndsAt: "2026-11-29T12:00:00.000Z", PerUserLimit: 1}},
 			{"shards equal to the stock", `{"stock":3,"shards":3,"ends_at":"2026-11-29T12:00:00Z"}`,
-				seckill.State{Status: seckill.Live, StockLeft: 3, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z"}},
+				seckill.State{Status: seckill.Live, StockLeft: 3, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z", PerUserLimit: 1}},
+			{"a price: written with the currency's minor digits", `{"stock":2,"ends_at":"2026-11-29T12:00:00Z","price":"9.9","currency":"CNY"}`,
+				seckill.State{Status: seckill.Live, StockLeft: 2, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z",
+					PerUserLimit: 1, Price: strPtr("9.90"), Currency: strPtr("CNY")}},
+			{"a price and a payment window", `{"stock":2,"ends_at":"2026-11-29T12:00:00Z","per_user_limit":2,"price":"1200","currency":"JPY","payment_window_seconds":900}`,
+				seckill.State{Status: seckill.Live, StockLeft: 2, StartsAt: "2026-11-29T10:30:00.250Z", EndsAt: "2026-11-29T12:00:00.000Z",
+					PerUserLimit: 2, Price: strPtr("1200"), Currency: strPtr("JPY"), PaymentWindowSeconds: int64Ptr(900)}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				item := fmt.Sprint("accept-", i)

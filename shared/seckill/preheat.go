@@ -367,7 +367,7 @@ func (s *Service) Preheat(ctx context.Context, sale Sale) (State, error) {
 	// The sale as this preheat set it up: read back, it may already be
 	// another preheat's, half applied (answered "being preheated" to
 	// readers), or that sale's.
-	return stateOf(it.ID, it.StartsAt, it.EndsAt, it.Stock, s.cfg.Clock.Now().UTC()), nil
+	return stateOf(it, it.Stock, s.cfg.Clock.Now().UTC()), nil
 }
 
 // begin opens the intent of preheat it, first finishing a preheat of the

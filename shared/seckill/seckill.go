@@ -83,13 +83,21 @@ type Item struct {
 	Window   time.Duration
 }
 
-// State is an item's public state.
+// State is an item's public state: where the sale stands, and its terms.
 type State struct {
-	ItemID    string `json:"item_id"`
-	Status    Status `json:"status"`
-	StockLeft int64  `json:"stock_left"`
-	StartsAt  string `json:"starts_at"`
-	EndsAt    string `json:"ends_at"`
+	ItemID       string `json:"item_id"`
+	Status       Status `json:"status"`
+	StockLeft    int64  `json:"stock_left"`
+	StartsAt     string `json:"starts_at"`
+	EndsAt       string `json:"ends_at"`
+	PerUserLimit int    `json:"per_user_limit"`
+	// Price (with the currency's minor digits, as order amounts are
+	// written) and Currency are null for an item without a price;
+	// PaymentWindowSeconds is null without a payment window. A buyer sees
+	// what an order will cost and how long it may be paid before buying.
+	Price                *string `json:"price"`
+	Currency             *string `json:"currency"`
+	PaymentWindowSeconds *int64  `json:"payment_window_seconds"`
 }
 
 // Purchase is one admitted purchase.

@@ -249,13 +249,24 @@ func (s *Service) State(ctx context.Context, itemID string) (State, error) {
 		left += m.left
 	}
 	s.forget(itemID, metas[0].version) // a newer sale than what this container remembers
-	return stateOf(itemID, metas[0].starts, metas[0].ends, left, now), nil
+	m := metas[0]
+	return stateOf(Item{ID: itemID, StartsAt: m.starts, EndsAt: m.ends, PerUserLimit: m.limit,
+		Price: m.price, Currency: m.currency, Window: m.window}, left, now), nil
 }
 
-// stateOf is the public state of a sale from starts to ends with left
-// units, at now.
-func stateOf(item string, starts, ends time.Time, left int64, now time.Time) State {
-	st := State{ItemID: item, StockLeft: left, StartsAt: clock.Format(starts), EndsAt: clock.Format(ends)}
+// stateOf is the public state of sale it with left units, at now.
+func stateOf(it Item, left int64, now time.Time) State {
+	starts, ends := it.StartsAt, it.EndsAt
+	st := State{ItemID: it.ID, StockLeft: left, StartsAt: clock.Format(starts), EndsAt: clock.Format(ends),
+		PerUserLimit: it.PerUserLimit}
+	if it.Currency != "" {
+		price := money.Format(it.Price, it.Currency)
+		st.Price, st.Currency = &price, &it.Currency
+	}
+	if it.Window > 0 {
+		secs := int64(it.Window / time.Second)
+		st.PaymentWindowSeconds = &secs
+	}
 	switch {
 	case !now.Before(ends):
 		st.Status = Ended

@@ -272,10 +272,15 @@ func (s *Store) Items(ctx context.Context) (map[string]Registration, error) {
 
 // shardMeta is one shard's meta hash.
 type shardMeta struct {
-	version                         int64
-	shards                          int
-	starts, ends                    time.Time
-	limit                           int
+	version      int64
+	shards       int
+	starts, ends time.Time
+	limit        int
+	// The price of a unit (zero without one), its currency ("" without a
+	// price) and the payment window (0 without one), as preheated.
+	price                           decimal.Decimal
+	currency                        string
+	window                          time.Duration
 	stock, left, confirmd, released int64
 	awaiting, paid, expired         int64
 	// What preheats and the compensation pass mark (see keys.go).
@@ -283,8 +288,9 @@ type shardMeta struct {
 	retired                bool
 }
 
-// admitted is the units admitted: every unit that left the stock, less
-// those released or expired back to it.
+// admitted is the units admitted since the preheat, each admission once:
+// those purchases hold now (stock - left) and those released or expired
+// back to the stock since (a unit that expired and sold again counts twice).
 func (m shardMeta) admitted() int64 { return m.stock - m.left + m.released + m.expired }
 
 // pending is the units admitted whose order is not made yet or not paid
@@ -336,6 +342,15 @@ func (s *Store) rawMetas(ctx context.Context, item string, shards int) ([]shardM
 			left: num(leftField(version)), confirmd: num("confirmed"), released: num("released"),
 			awaiting: num("awaiting"), paid: num("paid"), expired: num("expired"),
 			frozen: num("frozen"), fence: num("fence"), dropped: num("dropped"), retired: m["retired"] != "",
+			currency: m["currency"], window: time.Duration(num("window")) * time.Millisecond,
+		}
+		if out[n].currency != "" {
+			// Written by Preheat from a decimal.Decimal: a bad one is no price.
+			price, perr := decimal.NewFromString(m["price"])
+			if perr != nil {
+				out[n].currency = ""
+			}
+			out[n].price = price
 		}
 		if out[n].frozen != 0 || out[n].retired {
 			out[n].left = num("left_aside") // moved aside: see freeze.lua

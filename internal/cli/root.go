@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -192,6 +193,25 @@ var awsCredentialEnv = []string{
 	"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
 }
 
+// sharedAWSConfig reports whether the AWS SDK finds a shared credentials
+// or config file (~/.aws/credentials, ~/.aws/config, or the files the
+// environment names), whose default profile may hold credentials.
+func sharedAWSConfig() bool {
+	home, _ := os.UserHomeDir()
+	for _, f := range []struct{ env, name string }{
+		{"AWS_SHARED_CREDENTIALS_FILE", "credentials"}, {"AWS_CONFIG_FILE", "config"},
+	} {
+		path := os.Getenv(f.env)
+		if path == "" && home != "" {
+			path = filepath.Join(home, ".aws", f.name)
+		}
+		if st, err := os.Stat(path); path != "" && err == nil && !st.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
 // localLedgerReachable refuses, before anything starts, a DynamoDB ledger
 // that the local stack could only reach by asking EC2 instance metadata for
 // credentials (a minute of failed calls, then errors): no endpoint and no
@@ -205,9 +225,12 @@ func localLedgerReachable(cfg config.Config) error {
 			return nil
 		}
 	}
+	if sharedAWSConfig() {
+		return nil
+	}
 	return errors.New("HOURGLASS_LEDGER=dynamodb needs DYNAMODB_ENDPOINT locally: run dynalite " +
 		"(npx dynalite --port 4567) and start with DYNAMODB_ENDPOINT=http://127.0.0.1:4567 HOURGLASS_CREATE_TABLES=true; " +
-		"for AWS's own DynamoDB, give AWS credentials and a region (AWS_PROFILE or AWS_ACCESS_KEY_ID, AWS_REGION)")
+		"for AWS's own DynamoDB, give AWS credentials and a region (AWS_PROFILE, ~/.aws/credentials or AWS_ACCESS_KEY_ID; AWS_REGION)")
 }
 
 // subcommandArgs is the Args of a command that only groups others: a word

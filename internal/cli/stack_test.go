@@ -16,6 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/hourglass/hourglass/internal/proctest"
+	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/localstack"
 )
 
@@ -125,11 +126,24 @@ func TestServeTalks(t *testing.T) {
 	for _, v := range awsCredentialEnv {
 		t.Setenv(v, "")
 	}
+	nothing := filepath.Join(t.TempDir(), "none")
+	t.Setenv("HOME", nothing)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", nothing)
+	t.Setenv("AWS_CONFIG_FILE", nothing)
 	t.Setenv("HOURGLASS_LEDGER", "dynamodb")
 	t.Setenv("DYNAMODB_ENDPOINT", "")
 	if _, errOut, code := cliIn(t, dir, "serve", "--addr", "127.0.0.1:0"); code != exitUsage ||
 		!strings.Contains(errOut, "HOURGLASS_LEDGER=dynamodb needs DYNAMODB_ENDPOINT locally") {
 		t.Errorf("dynamodb without an endpoint: exit %d, %s", code, errOut)
+	}
+	// A shared credentials file may hold a default profile: not refused.
+	creds := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(creds, []byte("[default]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	if err := localLedgerReachable(config.Config{Ledger: "dynamodb"}); err != nil {
+		t.Errorf("with a shared credentials file: %v", err)
 	}
 
 	// A payout processed: the terminal shows finance's message and no EMF

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,7 +158,36 @@ func TestPaymentConfirmations(t *testing.T) {
 // 5 minutes it is 401, as the signature rules say. The route and the order
 // step run on a fake clock set past the pay-by time: no waiting.
 func TestPaymentJudgedBySignedHeader(t *testing.T) {
+	t.Run("orders made at once", func(t *testing.T) { judgedBySignedHeader(t, nil) })
+	// CI's counterexample (f882ba1): on a loaded run bob's order was made
+	// more than a second after alice's, and his payment, signed a second
+	// after alice's pay-by, was in time for his own. Here each reading of
+	// the order step's clock is 700 ms later than the last.
+	t.Run("each order made later", func(t *testing.T) { judgedBySignedHeader(t, &steppingClock{step: 700 * time.Millisecond}) })
+}
+
+// steppingClock reads real time plus step more at every reading: a machine
+// so loaded that every order is made later than the one before.
+type steppingClock struct {
+	step time.Duration
+	mu   sync.Mutex
+	n    time.Duration
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += c.step
+	return time.Now().Add(c.n)
+}
+
+// judgedBySignedHeader runs TestPaymentJudgedBySignedHeader with the
+// orders made on orderClock (nil: the system clock).
+func judgedBySignedHeader(t *testing.T, orderClock clock.Clock) {
 	s := newStack(t, "redis://"+miniredis.RunT(t).Addr(), map[string]string{"HOURGLASS_PAYMENT_GRACE": "5m"})
+	if orderClock != nil {
+		s.app.Clock = orderClock // the consumer's order step reads it when built
+	}
 	ids := s.awaitingOrders(t, "grace-item", 60, "alice", "bob", "carol")
 	// Each order's window starts when its order is made: a loaded run may
 	// make bob's seconds after alice's, so each is judged on its own.

@@ -78,7 +78,7 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 	}
 	say := cmd.ErrOrStderr()
 	_, _ = fmt.Fprintln(say, "hourglass: acting on "+acting)
-	if has, err := holdsData(pingCtx, rdb, cfg.RedisPrefix); byURL && err == nil && !has {
+	if byURL && !hasData(pingCtx, rdb, cfg.RedisPrefix) {
 		hint := "check REDIS_URL and HOURGLASS_REDIS_PREFIX"
 		if local, err := findStack(ctx, ""); err == nil {
 			hint = fmt.Sprintf("hourglass serve runs at %s: unset REDIS_URL to act on it", local.Addr)

@@ -123,27 +123,27 @@ func resolveStack(cmd *cobra.Command, cfg *config.Config) (line string, byURL bo
 		a.Addr, a.PID, redisconn.Redacted(a.RedisURL), a.RedisPrefix), false, nil
 }
 
-// holdsData reports whether Redis holds any key under prefix: a command
-// pointed at an unrelated Redis finds none, and says so rather than report
-// an empty stack as a healthy one.
+// hasData reports whether Redis holds any key under prefix (or could not
+// tell): a command pointed at an unrelated Redis finds none, and says so
+// rather than report an empty stack as a healthy one. Only a command that
+// names its Redis by REDIS_URL asks: an advertised stack is the one meant.
+func hasData(ctx context.Context, rdb redis.UniversalClient, prefix string) bool {
+	has, err := holdsData(ctx, rdb, prefix)
+	return has || err != nil
+}
+
+// holdsData reports whether Redis holds any key under prefix.
 func holdsData(ctx context.Context, rdb redis.UniversalClient, prefix string) (bool, error) {
+	// SCAN may answer empty pages before a match: a few pages settle it
+	// for a small keyspace, which is the case that matters here.
 	scan := func(ctx context.Context, c redis.Cmdable) (bool, error) {
-		keys, _, err := c.Scan(ctx, 0, prefix+"*", 1000).Result()
-		if err != nil {
-			return false, err
-		}
-		if len(keys) > 0 {
-			return true, nil
-		}
-		// SCAN may answer an empty first page; a few more settle it for
-		// a small keyspace, which is the case that matters here.
 		var cursor uint64
 		for range 16 {
-			var page []string
-			if page, cursor, err = c.Scan(ctx, cursor, prefix+"*", 1000).Result(); err != nil || len(page) > 0 {
+			page, next, err := c.Scan(ctx, cursor, prefix+"*", 1000).Result()
+			if err != nil || len(page) > 0 {
 				return len(page) > 0, err
 			}
-			if cursor == 0 {
+			if cursor = next; cursor == 0 {
 				return false, nil
 			}
 		}

@@ -73,23 +73,11 @@ func serve(t *testing.T, addr string, env map[string]string) *server {
 			t.Logf("serve output (last 4 KiB):\n%s", tail(out, 4096))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(s.base + "/healthz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		select {
-		case <-s.exited:
-			out, _ := os.ReadFile(s.log)
-			t.Fatalf("serve exited early: %v\n%s", s.err, out)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if !proctest.AwaitHealthy(t, s.base+"/healthz", s.exited, 30*time.Second) {
+		out, _ := os.ReadFile(s.log)
+		t.Fatalf("serve exited early: %v\n%s", s.err, out)
 	}
-	t.Fatal("serve did not become healthy within 30s")
-	return nil
+	return s
 }
 
 func tail(b []byte, n int) []byte {

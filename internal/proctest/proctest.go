@@ -5,12 +5,14 @@ package proctest
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // FreePort is a loopback port nobody listens on (at the time of asking).
@@ -88,4 +90,27 @@ func RemoveBuilds() {
 		_ = os.RemoveAll(d)
 	}
 	dirs = nil
+}
+
+// AwaitHealthy polls url (a process's /healthz) until it answers 200 and
+// reports true; it reports false as soon as exited is closed (the process
+// ended first), and fails t once timeout passes.
+func AwaitHealthy(t testing.TB, url string, exited <-chan struct{}, timeout time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true
+			}
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not answer 200 within %s", url, timeout)
+	return false
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,23 +168,11 @@ func startServe(t *testing.T, bin string) *server {
 			t.Logf("serve's output (the last 8 KiB):\n%s", out)
 		}
 	})
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + s.addr + "/healthz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		select {
-		case <-s.exited:
-			out, _ := os.ReadFile(s.log)
-			t.Fatalf("serve exited early: %v\n%s", s.err, out)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if !proctest.AwaitHealthy(t, "http://"+s.addr+"/healthz", s.exited, time.Minute) {
+		out, _ := os.ReadFile(s.log)
+		t.Fatalf("serve exited early: %v\n%s", s.err, out)
 	}
-	t.Fatal("serve was not healthy within a minute")
-	return nil
+	return s
 }
 
 // logWait bounds the wait for a log line the README shows.

@@ -45,6 +45,10 @@ func benchCost(ctx context.Context, rdb redis.UniversalClient, srv *server, rep 
 	if err != nil {
 		return err
 	}
+	profiles, err := readProfiles(profilesFile)
+	if err != nil {
+		return err
+	}
 	n := 2000
 	if quick {
 		n = 200
@@ -71,7 +75,15 @@ func benchCost(ctx context.Context, rdb redis.UniversalClient, srv *server, rep 
 		if err != nil {
 			return err
 		}
-		reportCost(rep, pl, measured, idle, n)
+		if err := flushAndWait(ctx, rdb); err != nil {
+			return err
+		}
+		need, err := measurePoller(ctx, h, rdb, srv, 10*n)
+		if err != nil {
+			return err
+		}
+		reportPoller(rep, need, profiles)
+		reportCost(rep, pl, profiles, measured, idle, n)
 		return nil
 	})
 }
@@ -86,6 +98,7 @@ type costEnv struct {
 	sqs     *sqsfake.Server
 	sns     *snsCounter
 	payouts atomic.Int64
+	payWire fakes.WireBytes
 	payURL  string
 	dynamo  *capacityProxy
 	table   int
@@ -95,7 +108,7 @@ type costEnv struct {
 func (e *costEnv) start() error {
 	e.sqs = sqsfake.New(e.h)
 	e.sns = newSNSCounter(e.h)
-	pay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	pay := e.payWire.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		e.payouts.Add(1)
 		w.Header().Set("Content-Type", "application/json")
@@ -361,6 +374,9 @@ func (e *costEnv) measure(ctx context.Context, ledger, path string) (*measuremen
 		RRU:         (after.rru - before.rru) / n,
 		SNS:         float64(after.finance+after.orders-before.finance-before.orders) / n,
 		RedisBytes:  float64(after.netIn+after.netOut-before.netIn-before.netOut) / n,
+		AWSBytes:    float64(after.awsBytes-before.awsBytes) / n,
+		OutBytes:    float64(after.outBytes-before.outBytes) / n,
+		StoredBytes: float64(mem-before.usedMemory) / n,
 	}
 	m.messages = float64(after.messages-before.messages) / n
 	m.dynamoCalls = map[string]float64{}
@@ -425,11 +441,14 @@ type counts struct {
 	dynamoCalls     map[string]int64
 	finance, orders int64
 	payouts         int64
+	awsBytes        int64 // SQS and SNS calls, both ways
+	outBytes        int64 // payout provider calls, both ways
 }
 
 func (e *costEnv) snapshot(ctx context.Context) (counts, error) {
 	c := counts{cmds: map[string]float64{}, sends: e.sqs.Calls.Load(), finance: e.sns.count("finance"),
-		orders: e.sns.count("orders"), payouts: e.payouts.Load()}
+		orders: e.sns.count("orders"), payouts: e.payouts.Load(),
+		awsBytes: e.sqs.Wire.Total() + e.sns.Wire.Total(), outBytes: e.payWire.Total()}
 	c.wru, c.rru, c.dynamoCalls = e.dynamo.units()
 	for _, r := range e.sqs.Requests() {
 		c.messages += int64(len(r.Entries))
@@ -469,14 +488,15 @@ func (e *costEnv) snapshot(ctx context.Context) (counts, error) {
 // snsCounter is an SNS endpoint that answers every Publish and counts them
 // by topic name.
 type snsCounter struct {
-	URL string
-	mu  sync.Mutex
-	by  map[string]int64
+	URL  string
+	Wire fakes.WireBytes
+	mu   sync.Mutex
+	by   map[string]int64
 }
 
 func newSNSCounter(h *harness) *snsCounter {
 	c := &snsCounter{by: map[string]int64{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := c.Wire.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil || r.PostForm.Get("Action") != "Publish" {
 			http.Error(w, "unexpected SNS call", http.StatusBadRequest)
 			return
@@ -604,7 +624,7 @@ func (p *capacityProxy) units() (wru, rru float64, calls map[string]int64) {
 
 // reportCost adds the per-item counts and the cost per million as rows, and
 // the cost table to the markdown.
-func reportCost(rep *report, pl priceList, ms map[string]*measurement, idleCmdsPerSecond float64, n int) {
+func reportCost(rep *report, pl priceList, profiles []costProfile, ms map[string]*measurement, idleCmdsPerSecond float64, n int) {
 	w, wd, p, pd := ms["withdrawal/redis"], ms["withdrawal/dynamodb"], ms["purchase/redis"], ms["purchase/dynamodb"]
 	scale := fmt.Sprintf("measured over %d items (counts scale linearly)", n)
 	per := func(key, figure string, v float64, note string) {
@@ -646,45 +666,76 @@ func reportCost(rep *report, pl priceList, ms map[string]*measurement, idleCmdsP
 	per("redis_cmds_per_second_idle_poller", "Redis commands a second of the poller with nothing due", idleCmdsPerSecond,
 		"rounds every poll interval and housekeeping; fixed load, free on nodes")
 
-	fixed := fixedMonthly(pl)
+	prod := profiles[0]
+	fixed := fixedMonthly(pl, prod, idleCmdsPerSecond)
 	cols := map[string]breakdown{
-		"withdrawals_redis":  ours(pl, w.u),
-		"withdrawals_dynamo": ours(pl, wd.u),
+		"withdrawals_redis":  ours(pl, prod, w.u, storedHours, idleCmdsPerSecond),
+		"withdrawals_dynamo": ours(pl, prod, wd.u, storedHours, idleCmdsPerSecond),
 		"scheduler":          alternative(pl, wd.u, false),
 		"stepfunctions":      alternative(pl, wd.u, true),
-		"purchases_redis":    ours(pl, p.u),
-		"purchases_dynamo":   ours(pl, pd.u),
+		"purchases_redis":    ours(pl, prod, p.u, storedHours, idleCmdsPerSecond),
+		"purchases_dynamo":   ours(pl, prod, pd.u, storedHours, idleCmdsPerSecond),
 	}
 	sched, sfn := cols["scheduler"].total(), cols["stepfunctions"].total()
-	amort := "one million a month (30 days) carrying the month's fixed costs ($" + fmt.Sprintf("%.0f", fixed.total()) + ")"
-	rep.add(row{Key: "cost_usd_per_million_withdrawals_redis", Figure: "Cost of 1M withdrawals, Redis ledger (USD)",
+	amort := "prod profile: one million a month (30 days) carrying the month's fixed costs ($" + fmt.Sprintf("%.0f", fixed.total()) + ")"
+	rep.add(row{Key: "cost_usd_per_million_withdrawals_redis", Figure: "Cost of 1M withdrawals, Redis ledger, prod profile (USD)",
 		Value: cols["withdrawals_redis"].total(), Baseline: "EventBridge Scheduler", Base: sched, Note: amort})
-	rep.add(row{Key: "cost_usd_per_million_withdrawals_dynamo", Figure: "Cost of 1M withdrawals, DynamoDB ledger (USD)",
+	rep.add(row{Key: "cost_usd_per_million_withdrawals_dynamo", Figure: "Cost of 1M withdrawals, DynamoDB ledger, prod profile (USD)",
 		Value: cols["withdrawals_dynamo"].total(), Baseline: "EventBridge Scheduler", Base: sched, Note: amort})
-	rep.add(row{Key: "cost_usd_per_million_withdrawals_dynamo_vs_stepfunctions", Figure: "Cost of 1M withdrawals, DynamoDB ledger (USD)",
+	rep.add(row{Key: "cost_usd_per_million_withdrawals_dynamo_vs_stepfunctions", Figure: "Cost of 1M withdrawals, DynamoDB ledger, prod profile (USD)",
 		Value: cols["withdrawals_dynamo"].total(), Baseline: "Step Functions Wait", Base: sfn})
 	rep.add(row{Key: "cost_usd_per_million_eventbridge_scheduler", Figure: "Cost of 1M withdrawals delayed by EventBridge Scheduler (USD)",
 		Value: sched, Note: "one one-time schedule and one consumer invocation (one job) per withdrawal; API, enqueue, DynamoDB and SNS as measured"})
 	rep.add(row{Key: "cost_usd_per_million_stepfunctions_wait", Figure: "Cost of 1M withdrawals delayed by a Step Functions Wait (USD)",
 		Value: sfn, Note: fmt.Sprintf("%d state transitions per execution (into Wait, Wait to Task, Task to end; counting the start and the end "+
 			"as AWS's pricing examples do, from memory: the two states alone would be a third less) and one consumer invocation", stepTransitions)})
-	rep.add(row{Key: "cost_usd_per_million_purchases", Figure: "Cost of 1M flash-sale purchases, Redis ledger (USD)",
+	rep.add(row{Key: "cost_usd_per_million_purchases", Figure: "Cost of 1M flash-sale purchases, Redis ledger, prod profile (USD)",
 		Value: cols["purchases_redis"].total(), Note: amort})
-	rep.add(row{Key: "cost_usd_per_million_purchases_dynamo", Figure: "Cost of 1M flash-sale purchases, DynamoDB ledger (USD)",
+	rep.add(row{Key: "cost_usd_per_million_purchases_dynamo", Figure: "Cost of 1M flash-sale purchases, DynamoDB ledger, prod profile (USD)",
 		Value: cols["purchases_dynamo"].total(), Note: amort})
-	rep.add(row{Key: "cost_usd_fixed_per_month", Figure: "Fixed cost a month at no load (USD)", Value: fixed.total(),
-		Note: "4 cache.r7g.large (Valkey), the poller's 70 s runs every minute at 1 GB, the event source's empty long polls, 2 NAT gateways and 3 interface endpoints in 2 AZs"})
-	oursW, oursWD := variable(pl, w.u, 1e6).total()/1e6, variable(pl, wd.u, 1e6).total()/1e6
-	rep.add(row{Key: "break_even_million_withdrawals_per_month_vs_scheduler", Figure: "Withdrawals a month (millions) from which ours, Redis ledger, costs less than EventBridge Scheduler",
-		Value: breakEven(oursW, fixed.total(), sched/1e6) / 1e6, Note: "the fixed cost a month over the per-item saving; 0: never"})
-	rep.add(row{Key: "break_even_million_withdrawals_per_month_vs_scheduler_dynamo", Figure: "Withdrawals a month (millions) from which ours, DynamoDB ledger, costs less than EventBridge Scheduler",
-		Value: breakEven(oursWD, fixed.total(), sched/1e6) / 1e6, Note: "the fixed cost a month over the per-item saving; 0: never"})
+	rep.add(row{Key: "aws_bytes_per_withdrawal", Figure: "Bytes to SQS and SNS per withdrawal, both ways (Redis ledger)", Value: w.u.AWSBytes,
+		Note: "the poller's SendMessageBatch share and finance's publish, headers included (TLS not): endpoint or NAT data"})
+	rep.add(row{Key: "provider_bytes_per_withdrawal", Figure: "Bytes to the payout provider per withdrawal, both ways", Value: w.u.OutBytes,
+		Note: "the payout call through the NAT gateway, headers included (TLS not)"})
+
+	schedPerItem := sched / 1e6
+	profileRows := make([]profileCost, 0, len(profiles))
+	for _, pr := range profiles {
+		pc := costOf(pl, pr, ms, schedPerItem, idleCmdsPerSecond)
+		profileRows = append(profileRows, pc)
+		f := pc.fixed.total()
+		fixedRow := row{Key: "cost_usd_fixed_per_month_" + pr.Name, Figure: "Fixed cost a month at no load, " + pr.Name + " profile (USD)",
+			Value: f, Note: fixedNote(pl, pr, pc.fixed)}
+		evenRow := row{Key: "break_even_million_withdrawals_vs_scheduler_" + pr.Name,
+			Figure: "Withdrawals a month (millions) from which ours, Redis ledger, " + pr.Name + " profile, costs less than EventBridge Scheduler",
+			Value: pc.breakEven, Note: "the fixed cost a month over the per-item saving; 0: never"}
+		if pr.Name == profileServerless {
+			fixedRow.Target, fixedRow.Met = fmt.Sprintf("≤ $%.0f", serverlessFixedGoal), met(f <= serverlessFixedGoal)
+			evenRow.Target, evenRow.Met = fmt.Sprintf("≤ %.0f million", serverlessBreakEvenGoal), met(pc.breakEven > 0 && pc.breakEven <= serverlessBreakEvenGoal)
+			if !*evenRow.Met {
+				evenRow.Note += "; what limits it: " + breakEvenLimit(pc, schedPerItem)
+			}
+		}
+		rep.add(fixedRow)
+		rep.add(evenRow)
+		rep.add(row{Key: "break_even_million_withdrawals_vs_scheduler_dynamo_" + pr.Name,
+			Figure: "Withdrawals a month (millions) from which ours, DynamoDB ledger, " + pr.Name + " profile, costs less than EventBridge Scheduler",
+			Value: pc.breakEvenDynamo, Note: "the fixed cost a month over the per-item saving; 0: never"})
+	}
+	// The keys of earlier runs, prod's figures.
+	rep.add(row{Key: "cost_usd_fixed_per_month", Figure: "Fixed cost a month at no load, prod profile (USD)", Value: fixed.total(),
+		Note: fixedNote(pl, prod, fixed)})
+	rep.add(row{Key: "break_even_million_withdrawals_per_month_vs_scheduler", Figure: "Withdrawals a month (millions) from which ours, Redis ledger, prod profile, costs less than EventBridge Scheduler",
+		Value: profileRows[0].breakEven, Note: "the fixed cost a month over the per-item saving; 0: never"})
+	rep.add(row{Key: "break_even_million_withdrawals_per_month_vs_scheduler_dynamo", Figure: "Withdrawals a month (millions) from which ours, DynamoDB ledger, prod profile, costs less than EventBridge Scheduler",
+		Value: profileRows[0].breakEvenDynamo, Note: "the fixed cost a month over the per-item saving; 0: never"})
 	rep.add(row{Key: "cost_usd_per_million_withdrawals_serverless_redis", Figure: "Redis work of 1M withdrawals on ElastiCache Serverless instead of nodes (USD)",
-		Value: serverlessRedis(pl, w.u, w.usedMemory, 0.5),
-		Note:  "ECPUs (a floor: one a command or one a KB moved) and data stored for the default 30 min delay; the idle poller's ECPUs and the 100 MB minimum come on top"})
+		Value: serverlessRedis(pl, w.u, 1e6, storedHours),
+		Note:  "ECPUs (a floor: one a command or one a KB moved) and data stored for the default 30 min delay; the idle poller's ECPUs and the 100 MB minimum are the serverless profile's fixed cost"})
+	rep.extra = append(rep.extra, profileTable(pl, profileRows, sched))
 
 	var b strings.Builder
-	b.WriteString("\n## Cost per million on AWS (us-east-1)\n\n")
+	b.WriteString("\n## Cost per million on AWS (us-east-1), prod profile\n\n")
 	fmt.Fprintf(&b, "List prices of %s (bench/prices.json, with the source and how each was checked). "+
 		"Each column is one million items in a month of 30 days; ours carry the whole month's fixed cost (ElastiCache nodes, "+
 		"the poller, the event source's empty polls, NAT and endpoints: $%.0f), so they fall with volume: "+
@@ -695,7 +746,8 @@ func reportCost(rep *report, pl priceList, ms map[string]*measurement, idleCmdsP
 		"at a trickle, one message a batch, each message is one consumer invocation and three SQS requests: "+
 		"+$%.2f a million withdrawals, +$%.2f a million purchases. Lambda durations were measured on this machine "+
 		"against local Redis and dynalite (AWS round trips are longer; at these sizes the request charge dominates).\n\n",
-		pl.Date, fixed.total(), variable(pl, w.u, 1e6).total(), variable(pl, wd.u, 1e6).total(), variable(pl, p.u, 1e6).total(),
+		pl.Date, fixed.total(), variable(pl, prod, w.u, 1e6, storedHours).total(), variable(pl, prod, wd.u, 1e6, storedHours).total(),
+		variable(pl, prod, p.u, 1e6, storedHours).total(),
 		stepTransitions, n, consumerBatch, trickle(pl, w), trickle(pl, p))
 	names := []string{"withdrawals_redis", "withdrawals_dynamo", "scheduler", "stepfunctions", "purchases_redis", "purchases_dynamo"}
 	list := make([]breakdown, len(names))

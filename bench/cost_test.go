@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"regexp"
@@ -17,11 +18,22 @@ func testPrices() priceList {
 		"lambda_arm64_gb_second": p(0.00001, 1), "lambda_request": p(0.20, 1e6), "http_api_request": p(1, 1e6),
 		"sqs_request": p(0.40, 1e6), "dynamodb_wru": p(0.625, 1e6), "dynamodb_rru": p(0.125, 1e6),
 		"sns_publish": p(0.50, 1e6), "scheduler_invocation": p(1, 1e6), "stepfunctions_transition": p(0.025, 1000),
-		"elasticache_node_hour": p(0.2, 1), "elasticache_serverless_gb_hour": p(0.1, 1),
+		"elasticache_node_hour": p(0.2, 1), "elasticache_node_hour_t4g_small": p(0.02, 1), "elasticache_serverless_gb_hour": p(0.1, 1),
 		"elasticache_serverless_ecpu": p(0.002, 1e6), "nat_gateway_hour": p(0.05, 1), "public_ipv4_hour": p(0.005, 1),
-		"interface_endpoint_az_hour": p(0.01, 1),
+		"interface_endpoint_az_hour": p(0.01, 1), "nat_gateway_gb": p(0.05, 1), "endpoint_gb": p(0.01, 1),
+		"kms_key_month": p(1, 1), "secret_month": p(0.5, 1), "cloudwatch_dashboard_month": p(3, 1),
+		"cloudwatch_alarm_month": p(0.1, 1), "waf_web_acl_month": p(5, 1), "waf_rule_month": p(1, 1),
 	}}
 }
+
+// testProd is prod as it was before profiles had their own poller memory.
+var testProd = costProfile{Name: "prod", CacheNodes: 4, CacheNodePrice: "elasticache_node_hour", NatGateways: 2,
+	InterfaceEndpoints: 3, EndpointAZs: 2, PollerMemoryMB: 1024, GivesUp: "nothing"}
+
+// testServerless has round counts: 1 NAT gateway, no endpoints, 128 MB,
+// 2 keys, 10 secrets, 1 dashboard, 20 alarms, no WAF.
+var testServerless = costProfile{Name: "serverless", Serverless: true, NatGateways: 1, PollerMemoryMB: 128,
+	KMSKeys: 2, Secrets: 10, Dashboards: 1, Alarms: 20, GivesUp: "things"}
 
 // testUsage is a withdrawal: one API call of 2 ms at 512 MB, a tenth of a
 // consumer batch (1 ms of it), 0.3 SQS requests, 6 WRU, 1 RRU, 1 publish.
@@ -30,6 +42,7 @@ var testUsage = usage{
 	Invocations: map[string]float64{"enqueue": 1, "consumer": 0.1},
 	BilledMS:    map[string]float64{"enqueue": 2, "consumer": 1},
 	SQSRequests: 0.3, WRU: 6, RRU: 1, SNS: 1, RedisCmds: 40, RedisBytes: 4096,
+	AWSBytes: 1 << 20 / 1e3, OutBytes: 1 << 20 / 1e3, StoredBytes: float64(1<<30) / 1e6,
 }
 
 func near(t *testing.T, what string, got, want float64) {
@@ -42,8 +55,13 @@ func near(t *testing.T, what string, got, want float64) {
 func TestCostArithmetic(t *testing.T) {
 	pl := testPrices()
 
-	v := variable(pl, testUsage, 1e6)
+	v := variable(pl, testProd, testUsage, 1e6, 0.5)
 	near(t, "api_gateway", v["api_gateway"], 1)
+	// A million items of 1 MiB / 1,000 each is 1000/1024 GB: to the
+	// provider through NAT at $0.05, as much to SQS and SNS through the
+	// endpoints at $0.01.
+	near(t, "network_data", v["network_data"], 1000.0/1024*0.05+1000.0/1024*0.01)
+	delete(v, "network_data")
 	// enqueue: 1M requests $0.20 + 2,000 s x 0.5 GB x $0.00001 = $0.21;
 	// consumer: 0.1M requests $0.02 + 1,000 s x 0.5 GB = $0.005.
 	near(t, "lambda", v["lambda"], 0.235)
@@ -52,7 +70,7 @@ func TestCostArithmetic(t *testing.T) {
 	near(t, "sns", v["sns"], 0.5)
 	near(t, "variable total", v.total(), 5.73)
 
-	f := fixedMonthly(pl)
+	f := fixedMonthly(pl, testProd, 10)
 	near(t, "elasticache", f["elasticache"], 4*720*0.2)
 	// 43,200 runs: $0.00864 in requests, 43,200 x 70 s x 1 GB x $0.00001.
 	near(t, "poller", f["poller"], 0.00864+30.24)
@@ -60,7 +78,8 @@ func TestCostArithmetic(t *testing.T) {
 	near(t, "network", f["network"], 2*720*0.055+6*720*0.01)
 	fixed := 576 + 30.24864 + 0.2592 + 122.4
 	near(t, "fixed total", f.total(), fixed)
-	near(t, "ours", ours(pl, testUsage).total(), 5.73+fixed)
+	near(t, "keys_secrets_alarms", f["keys_secrets_alarms"], 0)
+	near(t, "ours", ours(pl, testProd, testUsage, 0.5, 10).total(), 5.73+1000.0/1024*0.06+fixed)
 
 	// The alternatives: API, enqueue, DynamoDB, SNS as ours; one consumer
 	// invocation of 1 ms per withdrawal ($0.20 + $0.005); no SQS, no fixed.
@@ -79,10 +98,10 @@ func TestCostArithmetic(t *testing.T) {
 	near(t, "no break-even", breakEven(7e-6, fixed, 6.79e-6), 0)
 
 	// 40 ECPUs (more than 4 KB moved) and 1 GiB / 1M stored for 0.5 h.
-	near(t, "serverless", serverlessRedis(pl, testUsage, float64(1<<30)/1e6, 0.5), 40*0.002+0.5*0.1)
+	near(t, "serverless", serverlessRedis(pl, testUsage, 1e6, 0.5), 40*0.002+0.5*0.1)
 
-	table := costTable([]string{"ours", "scheduler"}, []breakdown{ours(pl, testUsage), sched})
-	for _, want := range []string{"| **per item** | **5.73** | **6.79** |", "| elasticache (fixed, a month) | 576 | - |",
+	table := costTable([]string{"ours", "scheduler"}, []breakdown{ours(pl, testProd, testUsage, 0.5, 10), sched})
+	for _, want := range []string{"| **per item** | **5.79** | **6.79** |", "| elasticache (fixed, a month) | 576 | - |",
 		"| **total** | **735** | **6.79** |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
@@ -108,8 +127,9 @@ func TestPricesFile(t *testing.T) {
 }
 
 // TestInfraSettings keeps the model's copy of infra's settings true: the
-// functions' memory, the poller's run, the consumer's batch, the prod
-// profile's cache nodes, NAT gateways and endpoints.
+// functions' memory, the poller's run, the consumer's batch. What each
+// profile runs is bench/profiles.json, which the infra tests check against
+// the synthesized templates.
 func TestInfraSettings(t *testing.T) {
 	read := func(file string) string {
 		b, err := os.ReadFile("../infra/" + file)
@@ -118,7 +138,7 @@ func TestInfraSettings(t *testing.T) {
 		}
 		return string(b)
 	}
-	functions, profile, network := read("functions.go"), read("profile.go"), read("network.go")
+	functions := read("functions.go")
 	for fn, mb := range functionMemoryMB {
 		name := "fn" + strings.ToUpper(fn[:1]) + fn[1:]
 		re := regexp.MustCompile(`name: ` + name + `, memoryMB: (\d+)`)
@@ -132,15 +152,65 @@ func TestInfraSettings(t *testing.T) {
 			t.Errorf("infra/functions.go lacks %q (pollerRunMS, consumerBatch)", want)
 		}
 	}
-	prod := profile[strings.Index(profile, "profileProd:"):]
-	prod = prod[:strings.Index(prod, "},")]
-	for _, want := range []string{"NatGateways:   2", `RedisNodeType: "cache.r7g.large"`, "RedisShards:   2",
-		"RedisReplicas: 1", "EndpointAZs:   2"} {
-		if !strings.Contains(prod, want) {
-			t.Errorf("infra/profile.go's prod profile lacks %q (cacheNodes, natGateways, endpointAZs):\n%s", want, prod)
+
+}
+
+// TestProfileCosts works the serverless profile's fixed cost and
+// break-even out by hand.
+func TestProfileCosts(t *testing.T) {
+	pl := testPrices()
+	f := fixedMonthly(pl, testServerless, 10)
+	// 0.1 GB x 720 h x $0.1, and 10 commands a second for 720 h at $0.002
+	// a million.
+	near(t, "elasticache", f["elasticache"], 0.1*720*0.1+10*720*3600*0.002/1e6)
+	// 43,200 runs of 70 s at 0.125 GB.
+	near(t, "poller", f["poller"], 43200*0.2/1e6+43200*70*0.125*0.00001)
+	near(t, "network", f["network"], 720*0.055)
+	near(t, "keys_secrets_alarms", f["keys_secrets_alarms"], 2+10*0.5+3+20*0.1)
+
+	v := variable(pl, testServerless, testUsage, 1e6, 0.5)
+	// No endpoints: SQS and SNS through the NAT gateway too.
+	near(t, "network_data", v["network_data"], 2*1000.0/1024*0.05)
+	near(t, "elasticache_ecpu", v["elasticache_ecpu"], 40*0.002+0.5*0.1)
+	if _, ok := variable(pl, testProd, testUsage, 1e6, 0.5)["elasticache_ecpu"]; ok {
+		t.Error("a profile on nodes bills ECPUs")
+	}
+
+	w := &measurement{u: testUsage}
+	ms := map[string]*measurement{"withdrawal/redis": w, "withdrawal/dynamodb": w, "purchase/redis": w}
+	sched := 10e-6 // $10 a million
+	pc := costOf(pl, testServerless, ms, sched, 10)
+	near(t, "per million", pc.withdrawals, v.total())
+	near(t, "break-even", pc.breakEven, f.total()/(10-v.total()))
+	if pc.breakEven <= 0 {
+		t.Fatalf("break-even %v", pc.breakEven)
+	}
+	limit := breakEvenLimit(pc, sched)
+	for _, want := range []string{"largest fixed item is network", fmt.Sprintf("$%.2f a month fixed", 10*(10-v.total()))} {
+		if !strings.Contains(limit, want) {
+			t.Errorf("breakEvenLimit = %q, lacks %q", limit, want)
 		}
 	}
-	if n := strings.Count(network, "awsec2.InterfaceVpcEndpointAwsService_"); n != endpointAZs/2 {
-		t.Errorf("infra/network.go has %d interface endpoints, the model %d", n, endpointAZs/2)
+	table := profileTable(pl, []profileCost{pc}, 10)
+	if !strings.Contains(table, "| serverless | "+usd(f.total())+" | ") || !strings.Contains(table, "| things |") {
+		t.Errorf("profile table:\n%s", table)
+	}
+}
+
+// TestProfilesFile: the three profiles, in order, each whole.
+func TestProfilesFile(t *testing.T) {
+	ps, err := readProfiles("profiles.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, ",") != "prod,dev,serverless" {
+		t.Errorf("profiles %v, want prod, dev, serverless", names)
+	}
+	if _, err := readProfiles("testdata/no-such-file.json"); err == nil {
+		t.Error("a missing profiles file read")
 	}
 }

@@ -38,8 +38,9 @@ type priceList struct {
 var priceKeys = []string{
 	"lambda_arm64_gb_second", "lambda_request", "http_api_request", "sqs_request",
 	"dynamodb_wru", "dynamodb_rru", "sns_publish", "scheduler_invocation", "stepfunctions_transition",
-	"elasticache_node_hour", "elasticache_serverless_gb_hour", "elasticache_serverless_ecpu",
-	"nat_gateway_hour", "public_ipv4_hour", "interface_endpoint_az_hour",
+	"elasticache_node_hour", "elasticache_node_hour_t4g_small", "elasticache_serverless_gb_hour", "elasticache_serverless_ecpu",
+	"nat_gateway_hour", "nat_gateway_gb", "public_ipv4_hour", "interface_endpoint_az_hour", "endpoint_gb",
+	"kms_key_month", "secret_month", "cloudwatch_dashboard_month", "cloudwatch_alarm_month", "waf_web_acl_month", "waf_rule_month",
 }
 
 func readPrices(path string) (priceList, error) {
@@ -67,23 +68,84 @@ func (pl priceList) unit(key string) float64 {
 }
 
 // The functions' settings in infra/functions.go (costmodel_test.go checks
-// them against that file): memory in MB, all arm64; the poller runs until
-// pollerMargin before its timeout, started every minute.
+// them against that file): memory in MB, all arm64 (the poller's memory is
+// the profile's); the poller runs until pollerMargin before its timeout,
+// started every minute.
 var (
-	functionMemoryMB = map[string]float64{"enqueue": 512, "seckill": 1024, "poller": 1024, "consumer": 512}
+	functionMemoryMB = map[string]float64{"enqueue": 512, "seckill": 1024, "consumer": 512}
 	pollerRunMS      = 70_000.0 // pollerTimeout 75 s - pollerMargin 5 s
 	consumerBatch    = 10.0     // consumerBatchSize
 )
 
-// The production profile of infra/profile.go: what runs whatever the load.
 const (
-	cacheNodes       = 4 // 2 shards x (primary + replica), cache.r7g.large
-	natGateways      = 2
-	endpointAZs      = 6 // 3 interface endpoints (SQS, SNS, Secrets Manager) x 2 AZs
 	hoursPerMonth    = 720.0
 	pollerRunsMonth  = 30 * 24 * 60
 	idleReceivesHour = 5 * 3 * 60.0 // the event source's 5 long polls of 20 s each
+	// serverlessMinGB is the data ElastiCache Serverless for Valkey bills
+	// at the least, whatever is stored.
+	serverlessMinGB = 0.1
 )
+
+// profilesFile lists what each deployment profile of infra/profile.go runs
+// whatever the load; the infra tests count the same things in each
+// profile's synthesized template (infra/costprofiles_test.go).
+var profilesFile = "bench/profiles.json"
+
+// costProfile is one profile as the cost model sees it.
+type costProfile struct {
+	Name string `json:"name"`
+	// CacheNodes of CacheNodePrice (a prices.json key), or a Serverless cache.
+	CacheNodes     int    `json:"cache_nodes"`
+	CacheNodePrice string `json:"cache_node_price"`
+	Serverless     bool   `json:"serverless_cache"`
+	NatGateways    int    `json:"nat_gateways"`
+	// InterfaceEndpoints, each with a network interface in EndpointAZs AZs;
+	// with none, the functions reach SQS, SNS and Secrets Manager through
+	// the NAT gateways, billed per GB.
+	InterfaceEndpoints int     `json:"interface_endpoints"`
+	EndpointAZs        int     `json:"endpoint_azs"`
+	PollerMemoryMB     float64 `json:"poller_memory_mb"`
+	KMSKeys            int     `json:"kms_keys"`
+	// Secrets the stack creates (the Redis users' passwords), and the
+	// operator's it reads (the payout, callback and payment keys; finance's
+	// and the order events' too with their webhooks).
+	Secrets         int `json:"secrets"`
+	OperatorSecrets int `json:"operator_secrets"`
+	Dashboards      int `json:"dashboards"`
+	Alarms          int `json:"alarms"`
+	WAFWebACLs      int `json:"waf_web_acls"`
+	WAFRules        int `json:"waf_rules"`
+	// GivesUp is what the profile gives up against prod, in a phrase.
+	GivesUp string `json:"gives_up"`
+}
+
+// readProfiles reads profilesFile: prod, dev and serverless, in that order.
+func readProfiles(path string) ([]costProfile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Profiles []costProfile `json:"profiles"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range f.Profiles {
+		if p.Name == "" || p.PollerMemoryMB <= 0 || (p.CacheNodes > 0) == p.Serverless || p.GivesUp == "" {
+			return nil, fmt.Errorf("%s: profile %q: want a name, poller memory, nodes or a serverless cache (not both) and what it gives up", path, p.Name)
+		}
+	}
+	return f.Profiles, nil
+}
+
+// memoryMB is fn's memory on profile p.
+func (p costProfile) memoryMB(fn string) float64 {
+	if fn == "poller" {
+		return p.PollerMemoryMB
+	}
+	return functionMemoryMB[fn]
+}
 
 // usage is what one item (a withdrawal, a purchase) costs in counts.
 type usage struct {
@@ -95,13 +157,20 @@ type usage struct {
 	SNS         float64
 	RedisCmds   float64
 	RedisBytes  float64 // in + out
+	// AWSBytes went to SQS and SNS (through an endpoint or a NAT gateway),
+	// OutBytes to the payout provider (through a NAT gateway); both ways,
+	// HTTP headers included.
+	AWSBytes, OutBytes float64
+	// StoredBytes is what the item holds in Redis while it waits.
+	StoredBytes float64
 }
 
 // The services of a breakdown, in the order the table lists them: those
 // billed per item, then those billed whatever the load.
 var (
-	perItemServices = []string{"api_gateway", "lambda", "sqs", "dynamodb", "sns", "scheduler", "step_functions"}
-	fixedServices   = []string{"elasticache", "poller", "sqs_empty_polls", "network"}
+	perItemServices = []string{"api_gateway", "lambda", "sqs", "dynamodb", "sns", "elasticache_ecpu", "network_data",
+		"scheduler", "step_functions"}
+	fixedServices = []string{"elasticache", "poller", "sqs_empty_polls", "network", "keys_secrets_alarms"}
 )
 
 // breakdown is USD per service.
@@ -126,14 +195,17 @@ func (b breakdown) plus(o breakdown) breakdown {
 	return s
 }
 
-// lambdaUSD is the cost of invocations of fn of billedMS each in total.
-func lambdaUSD(pl priceList, fn string, invocations, billedMS float64) float64 {
-	gbs := billedMS / 1000 * functionMemoryMB[fn] / 1024
+// lambdaUSD is the cost of invocations of fn (memoryMB) of billedMS in total.
+func lambdaUSD(pl priceList, memoryMB, invocations, billedMS float64) float64 {
+	gbs := billedMS / 1000 * memoryMB / 1024
 	return invocations*pl.unit("lambda_request") + gbs*pl.unit("lambda_arm64_gb_second")
 }
 
-// variable is what n items cost by their own counts.
-func variable(pl priceList, u usage, n float64) breakdown {
+// variable is what n items cost by their own counts on profile p: the
+// services every profile bills per item, and, where p has them, ElastiCache
+// Serverless's ECPUs and data stored (for hours each) and the NAT
+// gateway's or the endpoints' data.
+func variable(pl priceList, p costProfile, u usage, n, hours float64) breakdown {
 	b := breakdown{
 		"api_gateway": n * u.APIRequests * pl.unit("http_api_request"),
 		"sqs":         n * u.SQSRequests * pl.unit("sqs_request"),
@@ -146,23 +218,43 @@ func variable(pl priceList, u usage, n float64) breakdown {
 	}
 	sort.Strings(fns)
 	for _, fn := range fns {
-		b["lambda"] += lambdaUSD(pl, fn, n*u.Invocations[fn], n*u.BilledMS[fn])
+		b["lambda"] += lambdaUSD(pl, p.memoryMB(fn), n*u.Invocations[fn], n*u.BilledMS[fn])
 	}
+	if p.Serverless {
+		b["elasticache_ecpu"] = serverlessRedis(pl, u, n, hours)
+	}
+	const gb = 1 << 30
+	aws := pl.unit("endpoint_gb")
+	if p.InterfaceEndpoints == 0 {
+		aws = pl.unit("nat_gateway_gb")
+	}
+	b["network_data"] = n * (u.OutBytes/gb*pl.unit("nat_gateway_gb") + u.AWSBytes/gb*aws)
 	return b
 }
 
-// fixedMonthly is what the stack costs a month at no load: the cache
-// nodes, the poller's runs, the event source's empty long polls and the
-// network the functions need to reach Redis in its VPC (NAT for the payout
-// provider, interface endpoints for SQS, SNS and Secrets Manager).
-func fixedMonthly(pl priceList) breakdown {
-	return breakdown{
-		"elasticache":     cacheNodes * hoursPerMonth * pl.unit("elasticache_node_hour"),
-		"poller":          lambdaUSD(pl, "poller", pollerRunsMonth, pollerRunsMonth*pollerRunMS),
+// fixedMonthly is what profile p costs a month at no load: the cache (nodes,
+// or ElastiCache Serverless's least data billed and the idle poller's
+// ECPUs), the poller's runs, the event source's empty long polls, the
+// network the functions need to reach Redis in its VPC (NAT gateways,
+// interface endpoints), and the keys, secrets, dashboards, alarms and WAF
+// web ACLs the stack holds.
+func fixedMonthly(pl priceList, p costProfile, idleCmdsPerSecond float64) breakdown {
+	b := breakdown{
+		"poller":          lambdaUSD(pl, p.PollerMemoryMB, pollerRunsMonth, pollerRunsMonth*pollerRunMS),
 		"sqs_empty_polls": idleReceivesHour * hoursPerMonth * pl.unit("sqs_request"),
-		"network": natGateways*hoursPerMonth*(pl.unit("nat_gateway_hour")+pl.unit("public_ipv4_hour")) +
-			endpointAZs*hoursPerMonth*pl.unit("interface_endpoint_az_hour"),
+		"network": float64(p.NatGateways)*hoursPerMonth*(pl.unit("nat_gateway_hour")+pl.unit("public_ipv4_hour")) +
+			float64(p.InterfaceEndpoints*p.EndpointAZs)*hoursPerMonth*pl.unit("interface_endpoint_az_hour"),
+		"keys_secrets_alarms": float64(p.KMSKeys)*pl.unit("kms_key_month") + float64(p.Secrets+p.OperatorSecrets)*pl.unit("secret_month") +
+			float64(p.Dashboards)*pl.unit("cloudwatch_dashboard_month") + float64(p.Alarms)*pl.unit("cloudwatch_alarm_month") +
+			float64(p.WAFWebACLs)*pl.unit("waf_web_acl_month") + float64(p.WAFRules)*pl.unit("waf_rule_month"),
 	}
+	if p.Serverless {
+		b["elasticache"] = serverlessMinGB*hoursPerMonth*pl.unit("elasticache_serverless_gb_hour") +
+			idleCmdsPerSecond*hoursPerMonth*3600*pl.unit("elasticache_serverless_ecpu")
+	} else {
+		b["elasticache"] = float64(p.CacheNodes) * hoursPerMonth * pl.unit(p.CacheNodePrice)
+	}
+	return b
 }
 
 // only keeps the services of b that are in keys.
@@ -185,10 +277,11 @@ func breakEven(oursPerItem, fixed, theirsPerItem float64) float64 {
 	return fixed / (theirsPerItem - oursPerItem)
 }
 
-// ours is the cost of a million items of u with a month's fixed costs on
-// them (one million items spread over 30 days).
-func ours(pl priceList, u usage) breakdown {
-	return variable(pl, u, 1e6).plus(fixedMonthly(pl))
+// ours is the cost of a million items of u on profile p with a month's
+// fixed costs on them (one million items spread over 30 days), each held
+// in Redis for hours.
+func ours(pl priceList, p costProfile, u usage, hours, idleCmdsPerSecond float64) breakdown {
+	return variable(pl, p, u, 1e6, hours).plus(fixedMonthly(pl, p, idleCmdsPerSecond))
 }
 
 // stepTransitions is what one execution of the minimal Standard workflow
@@ -205,11 +298,12 @@ const stepTransitions = 3
 // enqueue function, the ledger's units and the finance messages stay.
 func alternative(pl priceList, u usage, stepFunctions bool) breakdown {
 	n := 1e6
-	b := variable(pl, usage{APIRequests: u.APIRequests, WRU: u.WRU, RRU: u.RRU, SNS: u.SNS,
+	b := variable(pl, costProfile{InterfaceEndpoints: 1}, usage{APIRequests: u.APIRequests, WRU: u.WRU, RRU: u.RRU, SNS: u.SNS,
 		Invocations: map[string]float64{"enqueue": u.Invocations["enqueue"]},
-		BilledMS:    map[string]float64{"enqueue": u.BilledMS["enqueue"]}}, n)
+		BilledMS:    map[string]float64{"enqueue": u.BilledMS["enqueue"]}}, n, 0)
 	delete(b, "sqs")
-	b["lambda"] += lambdaUSD(pl, "consumer", n, n*math.Ceil(u.BilledMS["consumer"]))
+	delete(b, "network_data")
+	b["lambda"] += lambdaUSD(pl, functionMemoryMB["consumer"], n, n*math.Ceil(u.BilledMS["consumer"]))
 	if stepFunctions {
 		b["step_functions"] = n * stepTransitions * pl.unit("stepfunctions_transition")
 	} else {
@@ -218,14 +312,14 @@ func alternative(pl priceList, u usage, stepFunctions bool) breakdown {
 	return b
 }
 
-// serverlessRedis is what the Redis work of a million items would cost on
-// ElastiCache Serverless instead of nodes: ECPUs (at least one a command,
-// one a KB transferred when that is more; scripts may take more, so this is
-// a floor) and the data stored while each waits.
-func serverlessRedis(pl priceList, u usage, bytesStored, hoursStored float64) float64 {
+// serverlessRedis is what the Redis work of n items costs on ElastiCache
+// Serverless: ECPUs (at least one a command, one a KB transferred when that
+// is more; scripts may take more, so this is a floor) and the data stored
+// while each waits hoursStored.
+func serverlessRedis(pl priceList, u usage, n, hoursStored float64) float64 {
 	ecpu := math.Max(u.RedisCmds, u.RedisBytes/1024)
-	return 1e6 * (ecpu*pl.unit("elasticache_serverless_ecpu") +
-		bytesStored/(1<<30)*hoursStored*pl.unit("elasticache_serverless_gb_hour"))
+	return n * (ecpu*pl.unit("elasticache_serverless_ecpu") +
+		u.StoredBytes/(1<<30)*hoursStored*pl.unit("elasticache_serverless_gb_hour"))
 }
 
 // costTable is the markdown table of the breakdowns, one column each: the
@@ -277,4 +371,92 @@ func usd(v float64) string {
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.3f", v)
+}
+
+// The serverless profile's goals (SPEC.md, issue 24), and how long an item
+// holds its data in Redis (the default 30 min delay; a purchase's order
+// its payment window, which is shorter by default).
+const (
+	profileServerless       = "serverless"
+	serverlessFixedGoal     = 60.0 // USD a month at no load
+	serverlessBreakEvenGoal = 10.0 // million withdrawals a month against EventBridge Scheduler
+	storedHours             = 0.5
+)
+
+// profileCost is one profile's line of the cost table.
+type profileCost struct {
+	p     costProfile
+	fixed breakdown
+	// Per million items, the per-item services only.
+	withdrawals, withdrawalsDynamo, purchases float64
+	// Break-even against EventBridge Scheduler, in millions of withdrawals
+	// a month (0: never).
+	breakEven, breakEvenDynamo float64
+}
+
+// costOf prices profile p from the measured paths (ms, keyed
+// "withdrawal/redis", ...) against EventBridge Scheduler's cost of one
+// withdrawal.
+func costOf(pl priceList, p costProfile, ms map[string]*measurement, schedPerItem, idleCmdsPerSecond float64) profileCost {
+	per := func(key string) float64 { return variable(pl, p, ms[key].u, 1e6, storedHours).total() }
+	pc := profileCost{p: p, fixed: fixedMonthly(pl, p, idleCmdsPerSecond),
+		withdrawals: per("withdrawal/redis"), withdrawalsDynamo: per("withdrawal/dynamodb"), purchases: per("purchase/redis")}
+	pc.breakEven = breakEven(pc.withdrawals/1e6, pc.fixed.total(), schedPerItem) / 1e6
+	pc.breakEvenDynamo = breakEven(pc.withdrawalsDynamo/1e6, pc.fixed.total(), schedPerItem) / 1e6
+	return pc
+}
+
+// breakEvenLimit says what keeps a profile's break-even above the goal:
+// the largest fixed item, and the fixed cost the goal would allow.
+func breakEvenLimit(pc profileCost, schedPerItem float64) string {
+	allowed := serverlessBreakEvenGoal * 1e6 * (schedPerItem - pc.withdrawals/1e6)
+	top, topUSD := "", 0.0
+	for k, v := range pc.fixed {
+		if v > topUSD {
+			top, topUSD = k, v
+		}
+	}
+	return fmt.Sprintf("the goal allows $%.2f a month fixed at a saving of $%.2f a million; the largest fixed item is %s at $%.2f",
+		allowed, schedPerItem*1e6-pc.withdrawals, top, topUSD)
+}
+
+// fixedNote lists a profile's fixed items with their cost.
+func fixedNote(pl priceList, p costProfile, f breakdown) string {
+	cache := fmt.Sprintf("%d x %s", p.CacheNodes, strings.TrimPrefix(pl.Prices[p.CacheNodePrice].Unit, ""))
+	if p.Serverless {
+		cache = fmt.Sprintf("ElastiCache Serverless: %.0f MB billed at the least and the idle poller's ECPUs", serverlessMinGB*1000)
+	}
+	if i := strings.Index(cache, " node-hour"); i > 0 {
+		cache = cache[:i]
+	}
+	return fmt.Sprintf("cache $%.2f (%s); poller $%.2f (%.0f MB, a 70 s run a minute); network $%.2f (%d NAT gateways, "+
+		"%d interface endpoints x %d AZs); keys, secrets, alarms $%.2f (%d KMS keys, %d secrets, %d dashboards, %d alarm metrics, "+
+		"%d WAF web ACLs with %d rules); empty SQS polls $%.2f",
+		f["elasticache"], cache, f["poller"], p.PollerMemoryMB, f["network"], p.NatGateways, p.InterfaceEndpoints, p.EndpointAZs,
+		f["keys_secrets_alarms"], p.KMSKeys, p.Secrets+p.OperatorSecrets, p.Dashboards, p.Alarms, p.WAFWebACLs, p.WAFRules, f["sqs_empty_polls"])
+}
+
+// profileTable is the cost table per profile, in markdown.
+func profileTable(pl priceList, rows []profileCost, sched float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## What each profile costs (us-east-1, list prices of %s)\n\n", pl.Date)
+	b.WriteString("USD. Fixed: a month at no load, everything the stack holds (bench/profiles.json, which the infra tests " +
+		"check against each profile's synthesized template). Per million: the per-item services alone, from the counts measured " +
+		"above. Break-even: the withdrawals a month from which the profile, all in, costs less than EventBridge Scheduler " +
+		fmt.Sprintf("one-time schedules ($%.2f a million, all in; 0: never).\n\n", sched))
+	b.WriteString("| profile | fixed a month | per million withdrawals, Redis ledger | per million withdrawals, DynamoDB ledger " +
+		"| per million purchases | 1M withdrawals a month, all in | break-even vs Scheduler, Redis / DynamoDB ledger (millions a month) " +
+		"| what it gives up |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, r := range rows {
+		even := func(v float64) string {
+			if v == 0 {
+				return "never"
+			}
+			return fmt.Sprintf("%.1f", v)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s / %s | %s |\n", r.p.Name, usd(r.fixed.total()), usd(r.withdrawals),
+			usd(r.withdrawalsDynamo), usd(r.purchases), usd(r.fixed.total()+r.withdrawals), even(r.breakEven), even(r.breakEvenDynamo),
+			r.p.GivesUp)
+	}
+	return b.String()
 }

@@ -76,47 +76,11 @@ func benchMemory(ctx context.Context, rdb redis.UniversalClient, srv *server, re
 // Redis ledger, perUser to each user (named by user), and returns the
 // used_memory growth per withdrawal and a note of its shares by kind of key.
 func scheduleWithdrawals(ctx context.Context, rdb redis.UniversalClient, srv *server, n int, user func(int64) string) (float64, string, error) {
-	users := n / perUser
-	q, err := delayq.New(rdb, delayq.Options{Name: withdrawal.QueueName, Kind: withdrawal.JobKind, Shards: 1})
-	if err != nil {
-		return 0, "", err
-	}
-	svc, err := withdrawal.NewService(withdrawal.Config{
-		Ledger: ledger.NewRedis(rdb, q), Clock: clock.System{}, ShardFor: q.ShardFor,
-		Rules: withdrawal.Rules{Currencies: []string{"CNY"}, MaxAmount: decimal.RequireFromString("1000000"),
-			DefaultDelay: 0, MaxDelay: 30 * 24 * 3600 * 1e9},
-	})
-	if err != nil {
-		return 0, "", err
-	}
 	before, err := usedMemory(ctx, rdb)
 	if err != nil {
 		return 0, "", err
 	}
-	body := []byte(`{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":1800}`)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				user := user(i % int64(users))
-				// The record keeps the API request's id (API Gateway's are 16
-				// characters), as every record created through the API does.
-				rctx := correlation.With(ctx, fmt.Sprintf("Jb2lXhB%08dE=", i))
-				if _, err := httpapi.CreateWithdrawal(rctx, svc, user, "key-"+strconv.FormatInt(i, 10), body); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	if err := createWithdrawals(ctx, rdb, n, user, 1800); err != nil {
 		return 0, "", err
 	}
 	after, err := usedMemory(ctx, rdb)
@@ -142,7 +106,7 @@ func scheduleWithdrawals(ctx context.Context, rdb redis.UniversalClient, srv *se
 	parts = append(parts, fmt.Sprintf("keyspace table and allocator %.0f", per-counted))
 	return per, fmt.Sprintf("%d withdrawals of %d users through the service, each with a request id: used_memory %d -> %d; "+
 		"per withdrawal, by kind of key (MEMORY USAGE of a sample of each, its encodings): %s",
-		n, users, before, after, strings.Join(parts, ", ")), nil
+		n, max(n/perUser, 1), before, after, strings.Join(parts, ", ")), nil
 }
 
 // keyKind is one kind of key, named by the part of its name after the hash
@@ -236,4 +200,50 @@ func kindOf(key string) string {
 	}
 	name, _, _ := strings.Cut(rest, ":")
 	return name
+}
+
+// createWithdrawals creates n withdrawals through the service with the
+// Redis ledger, as the API does, perUser to each user (named by user), each
+// due delaySeconds later.
+func createWithdrawals(ctx context.Context, rdb redis.UniversalClient, n int, user func(int64) string, delaySeconds int) error {
+	users := max(n/perUser, 1)
+	q, err := delayq.New(rdb, delayq.Options{Name: withdrawal.QueueName, Kind: withdrawal.JobKind, Shards: 1})
+	if err != nil {
+		return err
+	}
+	svc, err := withdrawal.NewService(withdrawal.Config{
+		Ledger: ledger.NewRedis(rdb, q), Clock: clock.System{}, ShardFor: q.ShardFor,
+		Rules: withdrawal.Rules{Currencies: []string{"CNY"}, MaxAmount: decimal.RequireFromString("1000000"),
+			DefaultDelay: 0, MaxDelay: 30 * 24 * 3600 * 1e9},
+	})
+	if err != nil {
+		return err
+	}
+	body := []byte(fmt.Sprintf(`{"amount":"125.50","currency":"CNY","destination":"bank_6222","delay_seconds":%d}`, delaySeconds))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				user := user(i % int64(users))
+				// The record keeps the API request's id (API Gateway's are 16
+				// characters), as every record created through the API does.
+				rctx := correlation.With(ctx, fmt.Sprintf("Jb2lXhB%08dE=", i))
+				if _, err := httpapi.CreateWithdrawal(rctx, svc, user, "key-"+strconv.FormatInt(i, 10), body); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	return nil
 }

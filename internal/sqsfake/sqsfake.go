@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,6 +23,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/hourglass/hourglass/internal/fakes"
 )
 
 // QueueURL is a well-formed queue URL to configure clients with; the server
@@ -51,7 +52,9 @@ type Server struct {
 	// Calls counts the calls; MaxInFlight is the most that were open at once.
 	Calls       atomic.Int64
 	MaxInFlight atomic.Int64
-	inFlight    atomic.Int64
+	// Wire counts the bytes of every call, both ways.
+	Wire     fakes.WireBytes
+	inFlight atomic.Int64
 
 	mu       sync.Mutex
 	requests []Request
@@ -105,7 +108,7 @@ type message struct {
 func New(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	srv := s.Wire.Serve(http.HandlerFunc(s.serve))
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s

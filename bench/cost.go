@@ -708,7 +708,7 @@ func reportCost(rep *report, pl priceList, profiles []costProfile, ms map[string
 			Value: f, Note: fixedNote(pl, pr, pc.fixed)}
 		evenRow := row{Key: "break_even_million_withdrawals_vs_scheduler_" + pr.Name,
 			Figure: "Withdrawals a month (millions) from which ours, Redis ledger, " + pr.Name + " profile, costs less than EventBridge Scheduler",
-			Value: pc.breakEven, Note: "the fixed cost a month over the per-item saving; 0: never"}
+			Value:  pc.breakEven, Note: "the fixed cost a month over the per-item saving; 0: never"}
 		if pr.Name == profileServerless {
 			fixedRow.Target, fixedRow.Met = fmt.Sprintf("≤ $%.0f", serverlessFixedGoal), met(f <= serverlessFixedGoal)
 			evenRow.Target, evenRow.Met = fmt.Sprintf("≤ %.0f million", serverlessBreakEvenGoal), met(pc.breakEven > 0 && pc.breakEven <= serverlessBreakEvenGoal)
@@ -720,7 +720,7 @@ func reportCost(rep *report, pl priceList, profiles []costProfile, ms map[string
 		rep.add(evenRow)
 		rep.add(row{Key: "break_even_million_withdrawals_vs_scheduler_dynamo_" + pr.Name,
 			Figure: "Withdrawals a month (millions) from which ours, DynamoDB ledger, " + pr.Name + " profile, costs less than EventBridge Scheduler",
-			Value: pc.breakEvenDynamo, Note: "the fixed cost a month over the per-item saving; 0: never"})
+			Value:  pc.breakEvenDynamo, Note: "the fixed cost a month over the per-item saving; 0: never"})
 	}
 	// The keys of earlier runs, prod's figures.
 	rep.add(row{Key: "cost_usd_fixed_per_month", Figure: "Fixed cost a month at no load, prod profile (USD)", Value: fixed.total(),

@@ -27,16 +27,16 @@ func benchLambda(ctx context.Context, _ redis.UniversalClient, srv *server, rep 
 	return run(func(h *harness) error { return lambdaColdStarts(ctx, h, srv, rep) })
 }
 
-func lambdaColdStarts(ctx context.Context, h *harness, srv *server, rep *report) error {
-	// As deployed: the keys from Secrets Manager (a stand-in on loopback;
-	// the cold start reads them, as in AWS), each channel's its own, the
-	// outbound URLs https (never called here). A function refuses to
-	// start on less.
+// functionEnv is the functions' environment as deployed: the keys from
+// Secrets Manager (a stand-in on loopback; a cold start reads them, as in
+// AWS), each channel's its own, the outbound URLs https (never called
+// here). A function refuses to start on less.
+func functionEnv(h *harness, srv *server) []string {
 	sm := fakes.NewSecretStore(map[string]string{
 		"bench/payout-signing": "bench-payout-signing", "bench/finance-signing": "bench-finance-signing",
 		"bench/payout-webhook": "bench-payout-webhook", "bench/payments-webhook": "bench-payments-webhook",
 	})
-	env := []string{
+	return []string{
 		"REDIS_URL=redis://" + srv.addr, "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=warn",
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench",
 		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.Serve(h),
@@ -45,6 +45,10 @@ func lambdaColdStarts(ctx context.Context, h *harness, srv *server, rep *report)
 		"PAYOUT_SIGNING_SECRET_ID=bench/payout-signing", "FINANCE_SIGNING_SECRET_ID=bench/finance-signing",
 		"PAYOUT_WEBHOOK_SECRET_ID=bench/payout-webhook", "PAYMENTS_WEBHOOK_SECRET_ID=bench/payments-webhook",
 	}
+}
+
+func lambdaColdStarts(ctx context.Context, h *harness, srv *server, rep *report) error {
+	env := functionEnv(h, srv)
 	events := map[string]string{
 		"enqueue": "events/healthz.json", "seckill": "events/seckill-item.json",
 		"poller": "events/poller-scheduled.json", "consumer": "",

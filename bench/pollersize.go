@@ -15,10 +15,6 @@ import (
 	"github.com/hourglass/hourglass/internal/sqsfake"
 )
 
-// lambdaVCPUMB is the memory at which Lambda gives a function one full
-// vCPU; below it the share is proportional (AWS's Lambda docs).
-const lambdaVCPUMB = 1769.0
-
 // pollerNeed is what the poller measurably needs: its bootstrap's peak
 // memory and CPU, idle and per job claimed and handed to SQS.
 type pollerNeed struct {
@@ -35,7 +31,7 @@ func (n pollerNeed) capacity(memoryMB float64) float64 {
 	if n.cpuPerJobUS <= 0 {
 		return 0
 	}
-	return (memoryMB/lambdaVCPUMB - n.idleCPUPerS) * 1e6 / n.cpuPerJobUS
+	return (memoryMB/float64(mbPerVCPU) - n.idleCPUPerS) * 1e6 / n.cpuPerJobUS
 }
 
 // measurePoller runs the poller's bootstrap under the Lambda runtime
@@ -124,7 +120,7 @@ func reportPoller(rep *report, need pollerNeed, profiles []costProfile) {
 		Note: fmt.Sprintf("%d jobs in one run, the idle loop's CPU taken off", need.jobs)})
 	for _, p := range profiles {
 		rep.add(row{Key: "poller_capacity_jobs_per_s_" + p.Name,
-			Figure: fmt.Sprintf("poller: jobs a second one run can hand over at the %s profile's %.0f MB (%.3f vCPU)", p.Name, p.PollerMemoryMB, p.PollerMemoryMB/lambdaVCPUMB),
+			Figure: fmt.Sprintf("poller: jobs a second one run can hand over at the %s profile's %.0f MB (%.3f vCPU)", p.Name, p.PollerMemoryMB, p.PollerMemoryMB/float64(mbPerVCPU)),
 			Value:  need.capacity(p.PollerMemoryMB),
 			Note:   "the CPU share Lambda gives the memory, less the idle loop's, over the CPU per job: Redis and SQS round trips overlap in batches"})
 	}

@@ -297,6 +297,48 @@ func (f *Function) ColdStart() (init, firstInvoke time.Duration, ok bool) {
 	}
 }
 
+// PID is the emulator's process id. The bootstrap runs as its child, in
+// its process group, from the first invocation on (see Bootstrap).
+func (f *Function) PID() int { return f.cmd.Process.Pid }
+
+// Bootstrap returns the process id of the function's bootstrap: the
+// emulator's child, started by the first invocation. Linux only (it reads
+// /proc).
+func (f *Function) Bootstrap() (int, error) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("rie: %s: %w", f.Name, err)
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		_, rest, ok := bytesCutLast(b, ") ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(string(rest))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(f.PID()) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("rie: %s: no bootstrap process (was the function invoked?)", f.Name)
+}
+
+func bytesCutLast(b []byte, sep string) (before, after []byte, ok bool) {
+	i := bytes.LastIndex(b, []byte(sep))
+	if i < 0 {
+		return b, nil, false
+	}
+	return b[:i], b[i+len(sep):], true
+}
+
 // Log returns what the emulator and the function wrote so far.
 func (f *Function) Log() string {
 	f.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -733,13 +734,17 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
-// ForLambda builds the App of a Lambda function at cold start: configuration
-// from the environment (Lambda profile), the JSON logger, the Redis client.
+// ForLambda builds the App of a Lambda function at cold start: GOMAXPROCS
+// from the function's share of vCPUs (lambdaProcs), configuration from the
+// environment (Lambda profile), the JSON logger, the Redis client.
 // A cold start that cannot work logs why and exits, so Lambda reports an init
 // error instead of serving with a broken setup. require names settings the
 // function cannot run without, the *_SECRET_ID of each key it uses among
 // them (see OpenLambda).
 func ForLambda(require ...string) *App {
+	if n := lambdaProcs(os.Getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	cfg, err := config.Load(config.Lambda)
 	log := NewLogger(os.Stdout, cfg.SlogLevel())
 	if err != nil {

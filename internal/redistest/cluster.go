@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hourglass/hourglass/shared/redisguard"
 )
@@ -410,15 +411,36 @@ func (c *Cluster) URL() string {
 // for a loaded test machine.
 func (c *Cluster) Client(t testing.TB, tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
+	return c.client(t, true, tune)
+}
+
+// AdminClient is Client without the command guard (the cross-slot guard
+// stays), for a test's own set-up and for sending, on purpose, what
+// ElastiCache Serverless would refuse (ACL SETUSER, or a command an ACL
+// test expects Redis to refuse).
+func (c *Cluster) AdminClient(t testing.TB, tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
+	return c.client(t, false, tune)
+}
+
+func (c *Cluster) client(t testing.TB, guarded bool, tune []func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
 	o := &redis.ClusterOptions{
 		Addrs: c.Addrs(), PoolSize: 64, DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
 		WriteTimeout: 5 * time.Second, PoolTimeout: 10 * time.Second, MaxRedirects: 8,
+		// As package redisconn connects the functions: RESP2, no CLIENT
+		// SETINFO, no CLIENT MAINT_NOTIFICATIONS (neither is served by
+		// ElastiCache Serverless, and go-redis sends both by default).
+		Protocol: 2, DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	for _, f := range tune {
 		f(o)
 	}
 	cc := redis.NewClusterClient(o)
-	c.commands.Install(cc)
+	if guarded {
+		c.commands.Install(cc)
+	}
 	c.Watch(cc)
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc

@@ -61,7 +61,7 @@ func openApp(cmd *cobra.Command) (*app.App, func(), error) {
 	if err := app.ResolveSecrets(ctx, &cfg); err != nil {
 		return nil, nil, err
 	}
-	rdb, err := app.Connect(cfg)
+	rdb, err := app.Connect(cfg, app.WithLogger(log))
 	if err != nil {
 		return nil, nil, usageError{err}
 	}

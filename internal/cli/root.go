@@ -18,6 +18,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/config"
 	"github.com/hourglass/hourglass/shared/localstack"
+	"github.com/hourglass/hourglass/shared/redisguard"
 )
 
 // Exit codes scripts can rely on.
@@ -108,7 +109,7 @@ quiet when it is not. --json prints machine-readable output on standard output.`
 }
 
 func serveCmd() *cobra.Command {
-	var addr, redisURL string
+	var addr, redisURL, redisCommands string
 	var logMetrics bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -118,7 +119,9 @@ func serveCmd() *cobra.Command {
 stand-in for SQS. Without REDIS_URL it runs on an embedded Redis whose data
 is gone when it stops. Settings come from the environment (see
 docs/architecture.md#configuration); --addr and --redis-url override the two
-changed most.
+changed most. --redis-commands elasticache-serverless (HOURGLASS_REDIS_COMMANDS)
+refuses, before sending, every Redis command ElastiCache Serverless does not
+serve, as the serverless profile's functions do.
 In dev mode (HOURGLASS_AUTH=dev, the default) it also serves a live dashboard
 at /dashboard (it asks for HOURGLASS_ADMIN_TOKEN, or takes ?token=).
 While it runs, the operator commands on this machine (stats, dead, payouts,
@@ -148,6 +151,12 @@ with exit status 0.`,
 			}
 			if cmd.Flags().Changed("log-metrics") {
 				cfg.LogMetrics = logMetrics
+			}
+			if cmd.Flags().Changed("redis-commands") {
+				if _, err := redisguard.ParseProfile(redisCommands); err != nil {
+					return usageError{fmt.Errorf("--redis-commands: %w", err)}
+				}
+				cfg.RedisCommands = redisCommands
 			}
 			if err := localLedgerReachable(cfg); err != nil {
 				return usageError{err}
@@ -183,6 +192,7 @@ with exit status 0.`,
 	cmd.Flags().StringVar(&addr, "addr", "", "the HTTP API's address (HOURGLASS_ADDR; default 127.0.0.1:8080)")
 	cmd.Flags().StringVar(&redisURL, "redis-url", "", "the Redis to run on (REDIS_URL; default an embedded one)")
 	cmd.Flags().BoolVar(&logMetrics, "log-metrics", false, "also print the metric lines (HOURGLASS_LOG_METRICS)")
+	cmd.Flags().StringVar(&redisCommands, "redis-commands", "", "the Redis command profile: all or elasticache-serverless (HOURGLASS_REDIS_COMMANDS; default all)")
 	return cmd
 }
 

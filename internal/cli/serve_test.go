@@ -16,6 +16,7 @@ import (
 	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/proctest"
 	"github.com/hourglass/hourglass/internal/redistest"
+	"github.com/hourglass/hourglass/shared/redisguard"
 )
 
 // hourglassPkg is the program the tests drive.
@@ -31,7 +32,16 @@ func TestMain(m *testing.M) {
 	if err := os.Setenv("HOURGLASS_STATE_DIR", dir); err != nil {
 		panic(err)
 	}
+	// Every hourglass serve and operator command of the tests sends only
+	// what ElastiCache Serverless serves (a test may set "all").
+	if err := os.Setenv("HOURGLASS_REDIS_COMMANDS", redistest.ServerlessCommands); err != nil {
+		panic(err)
+	}
 	code := m.Run()
+	if n := redisguard.Total(); n > 0 {
+		fmt.Fprintf(os.Stderr, "the command guard refused %d commands ElastiCache Serverless does not serve\n", n)
+		code = 1
+	}
 	_ = os.RemoveAll(dir)
 	proctest.RemoveBuilds()
 	os.Exit(code)
@@ -60,6 +70,7 @@ func serve(t *testing.T, addr string, env map[string]string) *server {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	redistest.AssertNoRefusals(t, logf.Name())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,8 @@ func newAWSRun(t *testing.T, name string, o awsOptions) *awsRun {
 		"HOURGLASS_LEASE": "3s", "HOURGLASS_POLL_INTERVAL": "100ms", "HOURGLASS_LOG_LEVEL": "warn",
 		// A load run from one address is not what rate limits are for.
 		"HOURGLASS_RATE_WITHDRAWAL_USER": "off", "HOURGLASS_RATE_WITHDRAWAL_SOURCE": "off",
+		// The functions' client passes the ElastiCache Serverless guard.
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 	}
 	if o.payoutURL != nil {
 		env["PAYOUT_URL"] = o.payoutURL(provider.URL)
@@ -91,6 +93,7 @@ func newAWSRun(t *testing.T, name string, o awsOptions) *awsRun {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
+	redistest.AssertNoRefusals(t)
 	if o.watch != nil {
 		o.watch(rdb)
 	}

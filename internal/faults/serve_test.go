@@ -100,6 +100,8 @@ func newServeRun(t *testing.T, name string, redis *redistest.Server, extra map[s
 		// moved to the dead set) is given back within the run's settling
 		// window (in production the 2 m default does it within minutes).
 		"HOURGLASS_RECONCILE_INTERVAL": "5s",
+		// Every command serve sends passes the ElastiCache Serverless guard.
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 	}
 	for k, v := range extra {
 		env[k] = v
@@ -117,6 +119,7 @@ func newServeRun(t *testing.T, name string, redis *redistest.Server, extra map[s
 			t.Logf("serve log (tail):\n%s", out)
 		}
 	})
+	redistest.AssertNoRefusals(t, log.Name())
 	addr := proctest.FreeAddr(t)
 	return &serveRun{load: newLoad(t, name, newHTTPAPI(addr), provider, finance), addr: addr, env: env, log: log, redis: redis}
 }

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hourglass/hourglass/shared/redisguard"
 )
 
 // Cluster is a Redis Cluster of redis-server processes owned by a test:
@@ -32,6 +35,9 @@ type Cluster struct {
 	replicas int
 	nodes    []*clusterNode
 	guard    *SlotGuard
+	// commands is the ElastiCache Serverless command guard of every client
+	// the cluster hands out or watches; it must refuse nothing.
+	commands *redisguard.Guard
 }
 
 // clusterNode is one redis-server of a Cluster.
@@ -91,7 +97,8 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	if masters < 3 || o.replicas < 0 {
 		t.Fatalf("redistest: a cluster needs at least 3 masters and no negative replica count, got %d masters, %d replicas", masters, o.replicas)
 	}
-	c := &Cluster{t: t, masters: masters, replicas: o.replicas, guard: &SlotGuard{}}
+	c := &Cluster{t: t, masters: masters, replicas: o.replicas, guard: &SlotGuard{},
+		commands: redisguard.New(redisguard.ElastiCacheServerless, nil)}
 	for range masters * (1 + o.replicas) {
 		dir := t.TempDir()
 		n, err := startNode(server, dir, o.args)
@@ -104,7 +111,13 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	if err := c.create(cli); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	t.Cleanup(func() { c.guard.check(t, "the cluster test") })
+	t.Cleanup(func() {
+		c.guard.check(t, "the cluster test")
+		if n := c.commands.Refused(); n > 0 {
+			t.Errorf("redistest: the cluster's clients sent %d commands ElastiCache Serverless does not serve (see the %q log lines)",
+				n, redisguard.LogMessage)
+		}
+	})
 	return c
 }
 
@@ -391,26 +404,51 @@ func (c *Cluster) URL() string {
 	return "redis://" + addrs[0] + "?" + q.Encode()
 }
 
-// Client returns a cluster client (guarded, see Watch), closed with t. tune
+// Client returns a cluster client (guarded, see Watch: a command
+// ElastiCache Serverless does not serve is refused, and fails the test when
+// it ends), closed with t. tune
 // may change its options; by default it has a large pool and timeouts meant
 // for a loaded test machine.
 func (c *Cluster) Client(t testing.TB, tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
+	return c.client(t, true, tune)
+}
+
+// AdminClient is Client without the command guard (the cross-slot guard
+// stays), for a test's own set-up and for sending, on purpose, what
+// ElastiCache Serverless would refuse (ACL SETUSER, or a command an ACL
+// test expects Redis to refuse).
+func (c *Cluster) AdminClient(t testing.TB, tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
+	return c.client(t, false, tune)
+}
+
+func (c *Cluster) client(t testing.TB, guarded bool, tune []func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
 	o := &redis.ClusterOptions{
 		Addrs: c.Addrs(), PoolSize: 64, DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
 		WriteTimeout: 5 * time.Second, PoolTimeout: 10 * time.Second, MaxRedirects: 8,
+		// As package redisconn connects the functions: RESP2, no CLIENT
+		// SETINFO, no CLIENT MAINT_NOTIFICATIONS (neither is served by
+		// ElastiCache Serverless, and go-redis sends both by default).
+		Protocol: 2, DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	for _, f := range tune {
 		f(o)
 	}
 	cc := redis.NewClusterClient(o)
+	if guarded {
+		c.commands.Install(cc)
+	}
 	c.Watch(cc)
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
 // Watch installs the cluster's cross-slot guard on a client made elsewhere
-// (app.Connect's, say).
+// (app.Connect's, say; give it HOURGLASS_REDIS_COMMANDS=ServerlessCommands
+// for the command guard).
 func (c *Cluster) Watch(client interface{ AddHook(redis.Hook) }) { client.AddHook(c.guard) }
 
 // AssertNoCrossSlot fails t if any watched client got a cross-slot refusal so

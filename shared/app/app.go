@@ -37,6 +37,7 @@ import (
 	"github.com/hourglass/hourglass/shared/poller"
 	"github.com/hourglass/hourglass/shared/ratelimit"
 	"github.com/hourglass/hourglass/shared/redisconn"
+	"github.com/hourglass/hourglass/shared/redisguard"
 	"github.com/hourglass/hourglass/shared/seckill"
 	"github.com/hourglass/hourglass/shared/secrets"
 	"github.com/hourglass/hourglass/shared/snstopic"
@@ -102,12 +103,37 @@ type App struct {
 	itemsListed time.Time
 }
 
-// Connect returns the Redis client of cfg.RedisURL.
-func Connect(cfg config.Config) (redis.UniversalClient, error) {
+// Connect returns the Redis client of cfg.RedisURL, guarded by the command
+// profile of HOURGLASS_REDIS_COMMANDS.
+func Connect(cfg config.Config, opts ...ConnectOption) (redis.UniversalClient, error) {
+	return connect(cfg, redisconn.Options{Password: string(cfg.RedisPassword)}, opts)
+}
+
+// ConnectOption tunes Connect and ConnectWith.
+type ConnectOption func(*connectOptions)
+
+type connectOptions struct{ log *slog.Logger }
+
+// WithLogger logs the command guard's refusals to log (by default to
+// slog.Default()).
+func WithLogger(log *slog.Logger) ConnectOption {
+	return func(o *connectOptions) { o.log = log }
+}
+
+func connect(cfg config.Config, ro redisconn.Options, opts []ConnectOption) (redis.UniversalClient, error) {
 	if cfg.RedisURL == "" {
 		return nil, errors.New("app: REDIS_URL is not set")
 	}
-	return redisconn.New(string(cfg.RedisURL), redisconn.Options{Password: string(cfg.RedisPassword)})
+	var o connectOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	p, err := redisguard.ParseProfile(cfg.RedisCommands)
+	if err != nil {
+		return nil, fmt.Errorf("app: HOURGLASS_REDIS_COMMANDS: %w", err)
+	}
+	ro.Guard = redisguard.New(p, o.log)
+	return redisconn.New(string(cfg.RedisURL), ro)
 }
 
 // Secrets are the sources of the secrets that rotate. Redis is nil when the
@@ -210,11 +236,8 @@ func (s Secrets) CheckDeployed(ctx context.Context, cfg config.Config) error {
 
 // ConnectWith returns the Redis client of cfg.RedisURL that authenticates
 // with s.Redis, if set, and follows its rotations.
-func ConnectWith(cfg config.Config, s Secrets) (redis.UniversalClient, error) {
-	if cfg.RedisURL == "" {
-		return nil, errors.New("app: REDIS_URL is not set")
-	}
-	return redisconn.New(string(cfg.RedisURL), redisconn.Options{Secret: s.Redis})
+func ConnectWith(cfg config.Config, s Secrets, opts ...ConnectOption) (redis.UniversalClient, error) {
+	return connect(cfg, redisconn.Options{Secret: s.Redis}, opts)
 }
 
 // ResolveSecrets reads the secrets cfg names from Secrets Manager (the
@@ -779,7 +802,7 @@ func OpenLambda(ctx context.Context, cfg config.Config, log *slog.Logger, api se
 	if err := sec.CheckDeployed(ctx, cfg); err != nil {
 		return nil, err
 	}
-	rdb, err := ConnectWith(cfg, sec)
+	rdb, err := ConnectWith(cfg, sec, WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}

@@ -113,6 +113,8 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		"FINANCE_WEBHOOK_URL": fin.URL, "FINANCE_SIGNING_SECRET": "fin-secret", "FINANCE_TOPIC_ARN": "",
 		"HOURGLASS_RETRY_BASE": "20ms", "HOURGLASS_RETRY_CAP": "40ms", "HOURGLASS_MAX_ATTEMPTS": "5",
 		"HOURGLASS_ORDER_BACKLOG": "50000",
+		// The functions' client passes the ElastiCache Serverless guard.
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 		// The operator role whose session events/admin-stats.json names.
 		"HOURGLASS_ADMIN_ROLE_ARNS": "arn:aws:iam::123456789012:role/hourglass-operator",
 	} {
@@ -131,6 +133,7 @@ func TestWithdrawalsOnCluster(t *testing.T) {
 		t.Fatalf("app.Connect(%s) gave a %T, want a cluster client", c.URL(), rdb)
 	}
 	c.Watch(rdb)
+	redistest.AssertNoRefusals(t)
 	a, err := app.New(cfg, app.NewLogger(io.Discard, cfg.SlogLevel()), rdb)
 	if err != nil {
 		t.Fatal(err)

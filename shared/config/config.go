@@ -17,6 +17,7 @@ import (
 
 	"github.com/hourglass/hourglass/shared/httpapi"
 	"github.com/hourglass/hourglass/shared/ratelimit"
+	"github.com/hourglass/hourglass/shared/redisguard"
 	"github.com/hourglass/hourglass/shared/signature"
 	"github.com/hourglass/hourglass/shared/withdrawal"
 )
@@ -51,6 +52,10 @@ type Config struct {
 	// environment.
 	RedisPassword Secret `env:"-"`
 	RedisPrefix   string `env:"HOURGLASS_REDIS_PREFIX" envDefault:"hg:"`
+	// RedisCommands is the command profile of the Redis the functions talk
+	// to (package redisguard): all, or elasticache-serverless, whose guard
+	// refuses before sending what ElastiCache Serverless does not serve.
+	RedisCommands string `env:"HOURGLASS_REDIS_COMMANDS" envDefault:"all"`
 	Auth          string `env:"HOURGLASS_AUTH" envDefault:"dev"`
 	AdminToken    Secret `env:"HOURGLASS_ADMIN_TOKEN" envDefault:"dev-admin"`
 	LogLevel      string `env:"HOURGLASS_LOG_LEVEL" envDefault:"info"`
@@ -421,6 +426,9 @@ func (c Config) problems() []problem {
 	}
 	if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, "{}") {
 		bad("HOURGLASS_REDIS_PREFIX", "must be non-empty and hold no braces (they make hash tags)")
+	}
+	if _, err := redisguard.ParseProfile(c.RedisCommands); err != nil {
+		bad("HOURGLASS_REDIS_COMMANDS", "%q is neither %s nor %s", c.RedisCommands, redisguard.All, redisguard.ElastiCacheServerless)
 	}
 	if _, err := slogLevel(c.LogLevel); err != nil {
 		bad("HOURGLASS_LOG_LEVEL", "%v", err)

@@ -79,6 +79,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 		{"HOURGLASS_RECONCILE_INTERVAL", c.ReconcileInterval, 2 * time.Minute},
 		{"FINANCE_SIGNING_SECRET", c.FinanceSecret, config.Secret("dev-finance-secret")},
 		{"HOURGLASS_REDIS_PREFIX", c.RedisPrefix, "hg:"},
+		{"HOURGLASS_REDIS_COMMANDS", c.RedisCommands, "all"},
 		{"HOURGLASS_QUEUE_SHARDS", c.QueueShards, 1},
 		{"HOURGLASS_CURRENCIES", c.Currencies, []string{"CNY", "USD", "EUR", "JPY"}},
 		{"HOURGLASS_MAX_AMOUNT", c.MaxAmount, "1000000"},
@@ -217,6 +218,7 @@ func TestBadValueFailsNamingTheVariable(t *testing.T) {
 		{env: "FINANCE_WEBHOOK_URL", value: "mailto:finance@example.com"},
 		{env: "HOURGLASS_REDIS_PREFIX", value: "hg:{x}:"},
 		{env: "HOURGLASS_REDIS_PREFIX", value: "hg}"},
+		{env: "HOURGLASS_REDIS_COMMANDS", value: "serverless"},
 	} {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
 			setEnv(t, tc.extra)

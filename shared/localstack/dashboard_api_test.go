@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/hourglass/hourglass/internal/redistest"
 	"github.com/hourglass/hourglass/shared/app"
 	"github.com/hourglass/hourglass/shared/clock"
 	"github.com/hourglass/hourglass/shared/config"
@@ -38,6 +39,7 @@ func newBoard(t *testing.T) *board {
 		"REDIS_URL": "redis://" + mr.Addr(), "HOURGLASS_AUTH": "dev", "HOURGLASS_ADMIN_TOKEN": "secret",
 		"HOURGLASS_REDIS_PREFIX": "hg:", "PAYOUT_URL": "", "FINANCE_WEBHOOK_URL": "", "FINANCE_TOPIC_ARN": "",
 		"HOURGLASS_QUEUE_SHARDS": "2", "HOURGLASS_MAX_ATTEMPTS": "8",
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 	} {
 		t.Setenv(k, v)
 	}
@@ -50,6 +52,7 @@ func newBoard(t *testing.T) *board {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
+	redistest.AssertNoRefusals(t)
 	a, err := app.New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), rdb)
 	if err != nil {
 		t.Fatal(err)

@@ -212,6 +212,7 @@ func newStack(t *testing.T, workQueue bool) *stack {
 		"REDIS_URL": srv.URL(), "HOURGLASS_AUTH": "dev", "HOURGLASS_REDIS_PREFIX": "hg:",
 		"PAYOUT_URL": "", "FINANCE_WEBHOOK_URL": "", "FINANCE_TOPIC_ARN": "",
 		"HOURGLASS_QUEUE_SHARDS": "1", "HOURGLASS_LEASE": "30s", "HOURGLASS_MAX_ATTEMPTS": "8",
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 	} {
 		t.Setenv(k, v)
 	}
@@ -224,6 +225,7 @@ func newStack(t *testing.T, workQueue bool) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
+	redistest.AssertNoRefusals(t)
 	logs := &logBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -62,7 +62,7 @@ func Serve(ctx context.Context, cfg config.Config, out io.Writer, ready func(Run
 		log.Warn("REDIS_URL is not set: using an embedded in-process Redis (miniredis); its data is gone when hourglass stops",
 			"redis_addr", mr.Addr())
 	}
-	rdb, err := app.Connect(cfg)
+	rdb, err := app.Connect(cfg, app.WithLogger(log))
 	if err != nil {
 		return err
 	}

@@ -126,6 +126,7 @@ func (d *deployment) function(t *testing.T, fn string, logs io.Writer) *app.App 
 	rdb, err := app.ConnectWith(cfg, app.Secrets{Redis: secrets.Static{Current: password(fn)}})
 	must(t, err)
 	t.Cleanup(func() { _ = rdb.Close() })
+	redistest.AssertNoRefusals(t)
 	a, err := app.New(cfg, app.NewLogger(logs, cfg.SlogLevel()), rdb)
 	must(t, err)
 	return a
@@ -232,7 +233,9 @@ func backends(t *testing.T) map[string]func(t *testing.T) *deployment {
 				v.User = url.User(user)
 				return v.String()
 			}, func(user, pass string) redis.UniversalClient {
-				return c.Client(t, func(o *redis.ClusterOptions) { o.Username, o.Password = user, pass })
+				// Unguarded: the refusal checks send, on purpose, what
+				// ElastiCache Serverless would refuse too.
+				return c.AdminClient(t, func(o *redis.ClusterOptions) { o.Username, o.Password = user, pass })
 			})
 		},
 	}
@@ -252,6 +255,8 @@ func setEnv(t *testing.T, prov *fakes.Provider, fin *fakes.Finance, ledgerName, 
 		"FINANCE_WEBHOOK_URL": fin.URL, "FINANCE_SIGNING_SECRET": "fin-secret", "FINANCE_TOPIC_ARN": "",
 		"HOURGLASS_RATE_WITHDRAWAL_USER": "100/s", "HOURGLASS_RATE_WITHDRAWAL_SOURCE": "100/s",
 		"HOURGLASS_RATE_PURCHASE_USER": "100/s", "HOURGLASS_RATE_PURCHASE_SOURCE": "100/s",
+		// Each function's client passes the ElastiCache Serverless guard too.
+		"HOURGLASS_REDIS_COMMANDS": redistest.ServerlessCommands,
 	} {
 		t.Setenv(k, v)
 	}
@@ -528,6 +533,15 @@ func checkKeysCovered(t *testing.T, d *deployment) {
 		}))
 	case *redis.Client:
 		must(t, scan(ctx, c))
+	}
+	// ElastiCache Serverless evicts keys with a TTL under memory pressure
+	// (a fixed volatile-lru): only the rate limits' buckets may carry one.
+	for _, k := range keys {
+		ttl, err := d.admin.PTTL(ctx, k).Result()
+		must(t, err)
+		if ttl >= 0 && !strings.HasPrefix(k, prefix+"rl:") {
+			t.Errorf("key %q has a TTL (%s): ElastiCache Serverless may evict it early", k, ttl)
+		}
 	}
 	// The families every run leaves keys in (rate limits expire; the
 	// DynamoDB ledger keeps records out of Redis).

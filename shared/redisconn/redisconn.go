@@ -28,7 +28,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/hourglass/hourglass/shared/redisguard"
 	"github.com/hourglass/hourglass/shared/secrets"
 )
 
@@ -73,6 +75,10 @@ type Options struct {
 	// (WRONGPASS, NOAUTH: the token was rotated) is sent once more after
 	// Secret.Refresh, so a rotation fails no command.
 	Secret secrets.Source
+	// Guard, if set, refuses before sending what the Redis of its profile
+	// does not serve (package redisguard); on a cluster it guards the
+	// node clients too, so CLUSTER SLOTS and COMMAND pass it as well.
+	Guard *redisguard.Guard
 }
 
 // New returns a client for rawURL: a *redis.ClusterClient in cluster mode,
@@ -106,7 +112,11 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 		if opts.Secret != nil {
 			co.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
 		}
+		if opts.Guard != nil {
+			co.MaintNotificationsConfig = noMaintNotifications()
+		}
 		c := redis.NewClusterClient(co)
+		opts.Guard.Install(c)
 		c.AddHook(reauth{opts.Secret})
 		return c, nil
 	}
@@ -132,9 +142,20 @@ func New(rawURL string, opts Options) (redis.UniversalClient, error) {
 	if opts.Secret != nil {
 		o.CredentialsProviderContext = credentials(cfg.user, opts.Secret)
 	}
+	if opts.Guard != nil {
+		o.MaintNotificationsConfig = noMaintNotifications()
+	}
 	c := redis.NewClient(o)
+	opts.Guard.Install(c)
 	c.AddHook(reauth{opts.Secret})
 	return c, nil
+}
+
+// noMaintNotifications turns off go-redis's CLIENT MAINT_NOTIFICATIONS on
+// connect (a Redis Enterprise feature, tried with protocol=3): ElastiCache
+// Serverless does not serve it, and the guard would count every try.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // Ping checks that Redis answers, within PingTimeout.

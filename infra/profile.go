@@ -74,16 +74,19 @@ const (
 //	interface endpoint ($0.01/AZ-hour)    3 x 2 AZs = $44 3 x 1 AZ = $22 none
 //	poller (a ~70 s run every minute,     1 GB = $41      1 GB = $41     256 MB = $10
 //	  arm64 $0.0000133/GB-s)
-//	KMS keys ($1/key-month), Secrets      $2 + $1.60      $2 + $1.60     $2 + $1.60
-//	  Manager ($0.40/secret-month: Redis
-//	  AUTH, payout, webhook, finance
-//	  signing keys)
-//	CloudWatch dashboard ($3), alarms     ~$5 (18         ~$5            ~$5 (19
-//	  ($0.10 per metric alarmed)            alarms)                        alarms)
+//	KMS keys ($1/key-month)               2 = $2          2 = $2         2 = $2
+//	secrets ($0.40/secret-month: 5 Redis  8 = $3.20       8 = $3.20      8 = $3.20
+//	  passwords in the stack, the
+//	  operator's payout signing, payout
+//	  callback and payments keys; +1
+//	  for each webhook set)
+//	CloudWatch dashboard ($3), alarms     30 alarms on    29 on 34       31 on 36
+//	  ($0.10 per metric alarmed)            37 metrics      = $6.40        = $6.60
+//	                                        = $6.70
 //	WAF web ACL of the webhooks ($5),     $6-7            $6-7           none
 //	  its rules ($1 each: 1, 2 with
 //	  webhookSourceCidrs)
-//	total                                 ~$690           ~$130          ~$62
+//	total                                 ~$690           ~$135          ~$65
 //
 // (a) The poller's rounds (one a second at most when idle, a few commands
 // each) and its housekeeping every 10 s: about 10 ECPU a second, 26

@@ -391,7 +391,7 @@ func TestNewAlarms(t *testing.T) {
 // TestEveryAlarmHasARunbookEntry: every alarm's description ends in the
 // docs/operations.md section an on-call reads, and that section exists.
 func TestEveryAlarmHasARunbookEntry(t *testing.T) {
-	f := stacks(t)
+	f, pf := stacks(t), profileStacks(t)
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestEveryAlarmHasARunbookEntry(t *testing.T) {
 		anchors[strings.ToLower(m[1])] = true // GitHub's anchor of a one-word heading
 	}
 	suffix := regexp.MustCompile(`Runbook: docs/operations\.md#([a-z0-9-]+)$`)
-	for _, tpl := range []map[string]any{f.defMap, f.optMap, f.acctMap} {
+	for _, tpl := range []map[string]any{f.defMap, f.optMap, f.acctMap, pf.slsMap} {
 		for id, p := range alarmsByID(tpl) {
 			desc, _ := p["AlarmDescription"].(string)
 			m := suffix.FindStringSubmatch(desc)

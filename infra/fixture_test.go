@@ -278,11 +278,12 @@ type aStack struct {
 
 // everyStack is every stack the policy and network tests evaluate: the
 // default (cdk.json), every option set (with secrets by name and by
-// complete ARN) and the dev profile (-c profile=dev).
+// complete ARN), the dev profile (-c profile=dev) and the serverless one.
 func everyStack(t *testing.T) []aStack {
 	t.Helper()
 	f, p := stacks(t), profileStacks(t)
 	return []aStack{
 		{"default", f.def, f.defMap}, {"options", f.opt, f.optMap}, {"complete ARNs", f.acct, f.acctMap}, {"dev", p.dev, p.devMap},
+		{"serverless", p.sls, p.slsMap},
 	}
 }

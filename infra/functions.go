@@ -158,7 +158,9 @@ func (s *HourglassStack) createFunctions() error {
 			// Runs may overlap (each outlasts the minute between starts), and
 			// more than two may when Redis is slow: the delay queue's leases
 			// make that safe, so a reservation is only an operator's cap.
-			name: fnPoller, memoryMB: 1024, timeout: pollerTimeout, reserved: s.settings.PollerReservedConcurrency,
+			// Its memory is the profile's (serverless: 256 MB; it mostly
+			// waits on Redis and SQS).
+			name: fnPoller, memoryMB: float64(s.settings.Profile.PollerMemoryMB), timeout: pollerTimeout, reserved: s.settings.PollerReservedConcurrency,
 			description: "Claims due jobs from the Redis delay queues and sends them to the work queue",
 			env: map[string]*string{
 				"WORK_QUEUE_URL":            s.WorkQueue.QueueUrl(),
@@ -246,7 +248,7 @@ func (s *HourglassStack) createFunctions() error {
 
 // baseEnv is what every function reads; function name's own Redis user.
 func (s *HourglassStack) baseEnv(name string) map[string]*string {
-	return map[string]*string{
+	env := map[string]*string{
 		"HOURGLASS_AUTH":              jsii.String("jwt"),
 		"REDIS_URL":                   s.redisURL(name),                 // its own Redis user
 		"REDIS_AUTH_SECRET_ID":        s.RedisSecrets[name].SecretArn(), // its password; a complete ARN
@@ -258,6 +260,12 @@ func (s *HourglassStack) baseEnv(name string) map[string]*string {
 		"HOURGLASS_IDEMPOTENCY_TABLE": s.Idempotency.TableName(),
 		"HOURGLASS_LOG_LEVEL":         jsii.String("info"),
 	}
+	// ElastiCache Serverless refuses some commands: the client refuses
+	// them first, with a clear error, instead of the cache in production.
+	if c := s.settings.Profile.redisCommands(); c != "" {
+		env["HOURGLASS_REDIS_COMMANDS"] = jsii.String(c)
+	}
+	return env
 }
 
 func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {

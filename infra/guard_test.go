@@ -12,7 +12,7 @@ import (
 
 // TestCfnGuardControlTower: cfn-guard's AWS Control Tower proactive rules
 // find nothing that is not suppressed with a reason, in the default stack,
-// with every option set, and in the dev profile. It needs node_modules
+// with every option set, and in the dev and serverless profiles. It needs node_modules
 // (npm ci; make test installs it) and fails, not skips, without it.
 func TestCfnGuardControlTower(t *testing.T) {
 	f, p := stacks(t), profileStacks(t)
@@ -23,7 +23,7 @@ func TestCfnGuardControlTower(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		tpl  map[string]any
-	}{{"default", f.defMap}, {"options", f.optMap}, {"dev", p.devMap}} {
+	}{{"default", f.defMap}, {"options", f.optMap}, {"dev", p.devMap}, {"serverless", p.slsMap}} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.name+".template.json")
 			b, err := json.Marshal(tc.tpl)

@@ -37,6 +37,14 @@ const (
 	// redisMemoryPercent: with noeviction, a full Redis refuses writes;
 	// page well before, while adding shards is still calm.
 	redisMemoryPercent = 80
+	// serverlessLimitPercent: ElastiCache Serverless near its usage limits
+	// (cacheMaxStorageGb, cacheMaxEcpuPerSecond) pages before it refuses
+	// writes or throttles commands; serverlessThrottle*: commands
+	// throttled in 2 of 3 minutes (one brief burst while it scales up
+	// does not page).
+	serverlessLimitPercent       = 80
+	serverlessThrottlePeriods    = 3
+	serverlessThrottleDatapoints = 2
 	// apiServerErrorPeriods: the HTTP API answered 5xx in 3 of 5 minutes.
 	// One 5xx (a cold start timing out, a deploy) does not page; a
 	// dependency that is down (Redis, DynamoDB: 503) or a broken release
@@ -135,6 +143,48 @@ func redisMetric(name, node string) awscloudwatch.Metric {
 	})
 }
 
+// serverlessMetric is an ElastiCache Serverless metric of the whole cache
+// (dimension clusterId, the cache's name).
+func (s *HourglassStack) serverlessMetric(name, stat, label string, period awscdk.Duration) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String("AWS/ElastiCache"),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{"clusterId": jsii.String(s.redisGroupID())},
+		Statistic:     jsii.String(stat),
+		Period:        period,
+		Label:         jsii.String(label),
+	})
+}
+
+// gigabyte is ElastiCache Serverless's GB of its data storage limit, taken
+// as 10^9 bytes: if it meant 2^30, the alarm would only fire a little early.
+const gigabyte = 1e9
+
+// serverlessStorage is the data the cache holds, in GB.
+func (s *HourglassStack) serverlessStorage() awscloudwatch.IMetric {
+	return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression:   jsii.String(fmt.Sprintf("bytes / %.0f", gigabyte)),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{"bytes": s.serverlessMetric("BytesUsedForCache", "Maximum", "bytes", minute)},
+		Label:        jsii.String("data stored (GB)"),
+		Period:       minute,
+	})
+}
+
+// serverlessECPU is the ECPUs the cache served a second, averaged over
+// period.
+func (s *HourglassStack) serverlessECPU(period awscdk.Duration) awscloudwatch.IMetric {
+	return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String(fmt.Sprintf("ecpu / %g", *period.ToSeconds(nil))),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"ecpu": s.serverlessMetric("ElastiCacheProcessingUnits", "Sum", "ECPUs", period),
+		},
+		Label:  jsii.String("ECPU/s"),
+		Period: period,
+	})
+}
+
+func widgetRow(ws []awscloudwatch.IWidget) *[]awscloudwatch.IWidget { return &ws }
+
 func metricList(ms ...awscloudwatch.IMetric) *[]awscloudwatch.IMetric { return &ms }
 
 func graph(title string, width float64, left []awscloudwatch.IMetric, opts ...func(*awscloudwatch.GraphWidgetProps)) awscloudwatch.IWidget {
@@ -199,6 +249,13 @@ func (s *HourglassStack) createMonitoring() {
 			redisCPU = append(redisCPU, redisMetric("EngineCPUUtilization", node))
 		}
 	}
+	webhooksTitle, webhooks := "Webhooks (REST API)", []awscloudwatch.IMetric{
+		s.Webhooks.MetricClientError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+		s.Webhooks.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
+	}
+	if s.WebhooksFirewall != nil {
+		webhooksTitle, webhooks = "Webhooks (REST API, WAF)", append(webhooks, wafMetric(s.WebhooksFirewall, "BlockedRequests", "ALL"))
+	}
 	dlqDepth := s.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 		Statistic: jsii.String("Maximum"), Period: minute, Label: jsii.String("SQS dead-letter queue"),
 	})
@@ -256,28 +313,44 @@ func (s *HourglassStack) createMonitoring() {
 				}, func(p *awscloudwatch.GraphWidgetProps) {
 					p.Right = metricList(s.Api.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute}))
 				}),
-				graph("Webhooks (REST API, WAF)", 6, []awscloudwatch.IMetric{
-					s.Webhooks.MetricClientError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
-					s.Webhooks.MetricServerError(&awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}),
-					wafMetric(s.WebhooksFirewall, "BlockedRequests", "ALL"),
-				}, func(p *awscloudwatch.GraphWidgetProps) {
+				graph(webhooksTitle, 6, webhooks, func(p *awscloudwatch.GraphWidgetProps) {
 					p.Right = metricList(s.Webhooks.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute}))
 				}),
 			},
-			{
-				graph("Redis memory used (%)", 8, redisMemory, lineAt(redisMemoryPercent, "alarm")),
-				graph("Redis engine CPU (%)", 8, redisCPU),
+			widgetRow(append(s.redisWidgets(redisMemory, redisCPU),
 				graph("Work queue", 8, []awscloudwatch.IMetric{
 					s.WorkQueue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}),
 					s.WorkQueue.MetricApproximateNumberOfMessagesNotVisible(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}),
 				}, func(p *awscloudwatch.GraphWidgetProps) {
 					p.Right = metricList(s.WorkQueue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}))
-				}),
-			},
+				}))),
 		},
 	})
 
 	s.createAlarms(dlqDepth)
+}
+
+// redisWidgets are the dashboard's Redis graphs: memory and engine CPU of
+// each node; on ElastiCache Serverless, which has no nodes, the data it
+// holds and the ECPUs it serves against their usage limits, and the
+// commands it throttled.
+func (s *HourglassStack) redisWidgets(memory, cpu []awscloudwatch.IMetric) []awscloudwatch.IWidget {
+	if s.RedisServerless == nil {
+		return []awscloudwatch.IWidget{
+			graph("Redis memory used (%)", 8, memory, lineAt(redisMemoryPercent, "alarm")),
+			graph("Redis engine CPU (%)", 8, cpu),
+		}
+	}
+	return []awscloudwatch.IWidget{
+		graph("Redis data stored (GB)", 8, []awscloudwatch.IMetric{s.serverlessStorage()},
+			lineAt(float64(s.settings.CacheMaxStorageGB), "usage limit")),
+		graph("Redis ECPU/s; throttled commands, connections", 8, []awscloudwatch.IMetric{s.serverlessECPU(minute)},
+			lineAt(float64(s.settings.CacheMaxECPUPerSecond), "usage limit"),
+			func(p *awscloudwatch.GraphWidgetProps) {
+				p.Right = metricList(s.serverlessMetric("ThrottledCmds", "Sum", "throttled commands", minute),
+					s.serverlessMetric("CurrConnections", "Maximum", "connections", minute))
+			}),
+	}
 }
 
 func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
@@ -467,7 +540,7 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 	// a payout's outcome or a sale's payment never arrives. The REST API's
 	// metrics have ApiName (and Stage) dimensions; ApiName is the CDK's.
 	alarm("WebhooksServerErrorsAlarm",
-		fmt.Sprintf("The providers' webhooks (the REST API behind WAF) answered 5xx in %d of %d minutes: providers retry, then give up, "+
+		fmt.Sprintf("The providers' webhooks (the REST API"+behindWAF(s.settings.Profile)+") answered 5xx in %d of %d minutes: providers retry, then give up, "+
 			"and payouts' outcomes or flash-sale payments do not arrive. See the enqueue function's logs and the webhooks' access logs.",
 			apiServerErrorDatapoints, apiServerErrorPeriods),
 		&awscloudwatch.AlarmProps{
@@ -547,6 +620,45 @@ func (s *HourglassStack) createAlarms(dlqDepth awscloudwatch.IMetric) {
 				EvaluationPeriods: jsii.Number(1),
 			})
 	}
+	if s.RedisServerless != nil {
+		s.createServerlessAlarms(alarm)
+	}
+}
+
+// createServerlessAlarms pages before ElastiCache Serverless reaches its
+// usage limits and when it throttles: its counterparts of the node
+// profiles' memory alarms (it has no nodes, and no memory to fill but the
+// limit).
+func (s *HourglassStack) createServerlessAlarms(alarm func(id, description string, props *awscloudwatch.AlarmProps)) {
+	five := awscdk.Duration_Minutes(jsii.Number(5))
+	alarm("RedisThrottledCommandsAlarm",
+		fmt.Sprintf("ElastiCache Serverless throttled commands in %d of %d minutes: it is at its ECPU usage limit "+
+			"(cacheMaxEcpuPerSecond, %d/s) or scaling up behind a burst. Throttled calls fail: creates and purchases answer 503, "+
+			"poller rounds fail.", serverlessThrottleDatapoints, serverlessThrottlePeriods, s.settings.CacheMaxECPUPerSecond),
+		&awscloudwatch.AlarmProps{
+			Metric:            s.serverlessMetric("ThrottledCmds", "Sum", "throttled commands", minute),
+			Threshold:         jsii.Number(0),
+			EvaluationPeriods: jsii.Number(serverlessThrottlePeriods),
+			DatapointsToAlarm: jsii.Number(serverlessThrottleDatapoints),
+		})
+	alarm("RedisStorageAlarm",
+		fmt.Sprintf("ElastiCache Serverless holds over %d%% of its data storage limit (cacheMaxStorageGb, %d GB): at the limit "+
+			"it refuses writes and evicts keys with a TTL. Raise the limit, or find what fills it.",
+			serverlessLimitPercent, s.settings.CacheMaxStorageGB),
+		&awscloudwatch.AlarmProps{
+			Metric:            s.serverlessMetric("BytesUsedForCache", "Maximum", "bytes", minute),
+			Threshold:         jsii.Number(float64(s.settings.CacheMaxStorageGB) * gigabyte * serverlessLimitPercent / 100),
+			EvaluationPeriods: jsii.Number(1),
+		})
+	alarm("RedisEcpuAlarm",
+		fmt.Sprintf("ElastiCache Serverless served over %d%% of its ECPU usage limit (cacheMaxEcpuPerSecond, %d/s) for 5 minutes: "+
+			"at the limit it throttles commands. Raise the limit before a sale, or find the runaway.",
+			serverlessLimitPercent, s.settings.CacheMaxECPUPerSecond),
+		&awscloudwatch.AlarmProps{
+			Metric:            s.serverlessMetric("ElastiCacheProcessingUnits", "Sum", "ECPUs", five),
+			Threshold:         jsii.Number(float64(s.settings.CacheMaxECPUPerSecond) * *five.ToSeconds(nil) * serverlessLimitPercent / 100),
+			EvaluationPeriods: jsii.Number(1),
+		})
 }
 
 // fnID is a function's construct id: Enqueue, Seckill, Poller, Consumer.

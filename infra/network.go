@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
@@ -20,9 +22,26 @@ const (
 	subnetData   = "data"
 )
 
-// redisPort is the ElastiCache port. Not Redis's default 6379: scanners try
-// that first (cdk-nag AwsSolutions-AEC5).
+// redisPort is the replication group's port. Not Redis's default 6379:
+// scanners try that first (cdk-nag AwsSolutions-AEC5).
 const redisPort = 6380
+
+// ElastiCache Serverless listens on ports it chooses: 6379 for the
+// primary endpoint, 6380 for reads from replicas (READONLY), both on the
+// one endpoint address its cluster topology names.
+const (
+	serverlessPort       = 6379
+	serverlessReaderPort = 6380
+)
+
+// redisPorts are the ports the functions reach Redis on: the replication
+// group's one, or both of ElastiCache Serverless's.
+func (s *HourglassStack) redisPorts() (from, to int) {
+	if s.settings.Profile.RedisServerless {
+		return serverlessPort, serverlessReaderPort
+	}
+	return redisPort, redisPort
+}
 
 // AWS services the functions call from the VPC through an interface
 // endpoint, by the name functionReach uses. DynamoDB has a gateway
@@ -36,14 +55,46 @@ const (
 )
 
 // interfaceEndpoints are those endpoints, each with a security group of its
-// own, so that a function admitted to one reaches no other.
+// own, so that a function admitted to one reaches no other. A profile
+// without them (EndpointAZs 0) reaches the services through NAT.
 var interfaceEndpoints = []struct {
-	name, id string
-	service  func() awsec2.InterfaceVpcEndpointAwsService
+	name, id, title string
+	service         func() awsec2.InterfaceVpcEndpointAwsService
 }{
-	{endpointSQS, "SqsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SQS},
-	{endpointSNS, "SnsEndpoint", awsec2.InterfaceVpcEndpointAwsService_SNS},
-	{endpointSecrets, "SecretsManagerEndpoint", awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER},
+	{endpointSQS, "SqsEndpoint", "SQS", awsec2.InterfaceVpcEndpointAwsService_SQS},
+	{endpointSNS, "SnsEndpoint", "SNS", awsec2.InterfaceVpcEndpointAwsService_SNS},
+	{endpointSecrets, "SecretsManagerEndpoint", "Secrets Manager", awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER},
+}
+
+// endpointTitle is the service's name for people: "Secrets Manager".
+func endpointTitle(name string) string {
+	for _, ep := range interfaceEndpoints {
+		if ep.name == name {
+			return ep.title
+		}
+	}
+	return name
+}
+
+// awsOverNAT names the AWS services function name calls through the NAT
+// gateway, in functionReach's order, when the profile has no interface
+// endpoints: "Secrets Manager and SQS"; "" when it calls them through
+// endpoints, or calls none.
+func (s *HourglassStack) awsOverNAT(name string) string {
+	if s.settings.Profile.EndpointAZs > 0 {
+		return ""
+	}
+	var titles []string
+	for _, ep := range functionReach[name].endpoints {
+		titles = append(titles, endpointTitle(ep))
+	}
+	switch len(titles) {
+	case 0:
+		return ""
+	case 1:
+		return titles[0]
+	}
+	return strings.Join(titles[:len(titles)-1], ", ") + " and " + titles[len(titles)-1]
 }
 
 // reach is what one function's security group lets it open connections
@@ -118,7 +169,7 @@ func (s *HourglassStack) createNetwork() {
 		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.40.0.0/16")),
 		MaxAzs:      jsii.Number(2),
 		// prod: one NAT gateway per AZ, so losing an AZ does not cut the
-		// payouts of the other; dev: one, shared (profile.go).
+		// payouts of the other; dev and serverless: one, shared (profile.go).
 		NatGateways: jsii.Number(float64(s.settings.Profile.NatGateways)),
 		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
 			// Public subnets hold the NAT gateways (their own Elastic IPs)
@@ -156,17 +207,24 @@ func (s *HourglassStack) createNetwork() {
 		Description:      jsii.String("Hourglass ElastiCache: admits the security group of each function on the Redis port only"),
 		AllowAllOutbound: jsii.Bool(false),
 	})
-	for _, ep := range interfaceEndpoints {
-		s.EndpointSGs[ep.name] = awsec2.NewSecurityGroup(s.Stack, jsii.String(ep.id+"SecurityGroup"), &awsec2.SecurityGroupProps{
-			Vpc:              s.Vpc,
-			Description:      jsii.String("Hourglass " + ep.name + " VPC endpoint: admits the functions that call it on HTTPS"),
-			AllowAllOutbound: jsii.Bool(false),
-		})
+	// No interface endpoints, no security groups for them.
+	if s.settings.Profile.EndpointAZs > 0 {
+		for _, ep := range interfaceEndpoints {
+			s.EndpointSGs[ep.name] = awsec2.NewSecurityGroup(s.Stack, jsii.String(ep.id+"SecurityGroup"), &awsec2.SecurityGroupProps{
+				Vpc:              s.Vpc,
+				Description:      jsii.String("Hourglass " + ep.name + " VPC endpoint: admits the functions that call it on HTTPS"),
+				AllowAllOutbound: jsii.Bool(false),
+			})
+		}
 	}
 	// A security group per function, each opening only what its function
 	// calls (functionReach); rules between groups are resources of their
 	// own, so the groups can name each other.
-	redis := awsec2.Port_Tcp(jsii.Number(redisPort))
+	from, to := s.redisPorts()
+	redis := awsec2.Port_TcpRange(jsii.Number(float64(from)), jsii.Number(float64(to)))
+	if from == to {
+		redis = awsec2.Port_Tcp(jsii.Number(float64(from)))
+	}
 	https := awsec2.Port_Tcp(jsii.Number(443))
 	var dynamodb awsec2.IPeer
 	for _, name := range functionNames {
@@ -180,6 +238,9 @@ func (s *HourglassStack) createNetwork() {
 		s.RedisSG.AddIngressRule(sg, redis, jsii.String("Hourglass "+name+" function to Redis"), nil)
 		sg.AddEgressRule(s.RedisSG, redis, jsii.String("Redis"), nil)
 		for _, ep := range r.endpoints {
+			if s.EndpointSGs[ep] == nil {
+				continue // through NAT (allowInternetPorts)
+			}
 			s.EndpointSGs[ep].AddIngressRule(sg, https, jsii.String("Hourglass "+name+" function to "+ep), nil)
 			sg.AddEgressRule(s.EndpointSGs[ep], https, jsii.String(ep+" VPC endpoint"), nil)
 		}
@@ -197,6 +258,9 @@ func (s *HourglassStack) createNetwork() {
 	// with the interfaces there are).
 	app := *s.Vpc.SelectSubnets(&awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)}).Subnets
 	endpointSubnets := app[:min(len(app), s.settings.Profile.EndpointAZs)]
+	if len(endpointSubnets) == 0 {
+		return
+	}
 	for _, ep := range interfaceEndpoints {
 		s.Vpc.AddInterfaceEndpoint(jsii.String(ep.id), &awsec2.InterfaceVpcEndpointOptions{
 			Service:           ep.service(),
@@ -266,7 +330,10 @@ const awsCustomResourceProvider = "AWS679f53fac002430cb0da5b7982bd2287"
 // allowInternetPorts lets the functions that call out of AWS
 // (functionReach) reach the payout provider's port and finance's and the
 // order events' webhooks' ports, on any address: the internet, through the
-// NAT gateways. HTTPS to AWS takes the endpoints' rules, never these.
+// NAT gateways. HTTPS to AWS takes the endpoints' rules where the profile
+// has interface endpoints; without them (EndpointAZs 0) the functions that
+// call SQS, SNS or Secrets Manager open 443 to any address too, through
+// NAT, and the rule names those services.
 func (s *HourglassStack) allowInternetPorts() {
 	payout, _ := payoutPort(s.settings.PayoutURL) // checked by SettingsFrom
 	ports := []struct {
@@ -286,17 +353,28 @@ func (s *HourglassStack) allowInternetPorts() {
 		}
 	}
 	for _, name := range functionNames {
-		if !functionReach[name].internet {
-			continue
-		}
-		opened := map[int]bool{}
-		for _, p := range ports {
-			if opened[p.port] {
-				continue
+		var order []int
+		desc := map[int]string{}
+		if functionReach[name].internet {
+			for _, p := range ports {
+				if _, ok := desc[p.port]; !ok {
+					order = append(order, p.port)
+					desc[p.port] = p.desc
+				}
 			}
-			opened[p.port] = true
-			s.SecurityGroups[name].AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(p.port))),
-				jsii.String(p.desc), nil)
+		}
+		if aws := s.awsOverNAT(name); aws != "" {
+			nat := aws + " through the NAT gateway (no interface endpoints)"
+			if d, ok := desc[443]; ok {
+				desc[443] = d + "; " + nat
+			} else {
+				order = append(order, 443)
+				desc[443] = nat
+			}
+		}
+		for _, port := range order {
+			s.SecurityGroups[name].AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
+				jsii.String(desc[port]), nil)
 		}
 	}
 }

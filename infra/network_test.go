@@ -66,7 +66,9 @@ func sgRules(t *testing.T, tpl map[string]any, sg, dir string) []string {
 // all, SQS for the poller, SNS for the consumer); DynamoDB by its prefix
 // list, which the stack looks up at deployment; and, for the consumer
 // alone, the internet on the payout provider's and the webhooks' ports.
-// Redis and each endpoint admit exactly their callers.
+// Redis and each endpoint admit exactly their callers. Without interface
+// endpoints (the serverless profile) the functions reach those services on
+// 443 through NAT, and ElastiCache Serverless on its ports 6379 and 6380.
 func TestSecurityGroups(t *testing.T) {
 	// The consumer's internet ports on each stack: the payout provider's,
 	// finance's and the order events' webhooks'.
@@ -75,12 +77,18 @@ func TestSecurityGroups(t *testing.T) {
 		"options":       {443, 8443},        // pay.example.net:8443, the webhooks on 443
 		"complete ARNs": {7443, 8443, 9443}, // orders :7443, payouts :8443, finance :9443
 		"dev":           {443},
+		"serverless":    {443},
 	}
 	for _, st := range everyStack(t) {
 		t.Run(st.name, func(t *testing.T) {
 			sgID := func(fn string) string { return logicalID(st.stack, st.stack.SecurityGroups[fn]) }
 			redis := logicalID(st.stack, st.stack.RedisSG)
-			ep := func(name string) string { return logicalID(st.stack, st.stack.EndpointSGs[name]) }
+			ep := func(name string) string {
+				if st.stack.EndpointSGs[name] == nil {
+					return "<no " + name + " endpoint>" // the serverless profile has none
+				}
+				return logicalID(st.stack, st.stack.EndpointSGs[name])
+			}
 			lookups := resources(st.tpl, "Custom::AWS")
 			if len(lookups) != 1 {
 				t.Fatalf("%d AwsCustomResources, want the one DynamoDB prefix-list lookup", len(lookups))
@@ -95,7 +103,13 @@ func TestSecurityGroups(t *testing.T) {
 					}
 				}
 			}
-			redisRule := fmt.Sprintf("sg:%s %d-%d", redis, redisPort, redisPort)
+			// Redis on the replication group's port; on ElastiCache
+			// Serverless, its primary and reader ports.
+			from, to := redisPort, redisPort
+			if st.stack.settings.Profile.RedisServerless {
+				from, to = serverlessPort, serverlessReaderPort
+			}
+			redisRule := fmt.Sprintf("sg:%s %d-%d", redis, from, to)
 			dynamo := "pl:" + lookup + " 443-443"
 			want := map[string][]string{
 				fnEnqueue:  {redisRule, "sg:" + ep(endpointSecrets) + " 443-443", dynamo},
@@ -104,8 +118,22 @@ func TestSecurityGroups(t *testing.T) {
 				fnConsumer: {redisRule, "sg:" + ep(endpointSecrets) + " 443-443", "sg:" + ep(endpointSNS) + " 443-443", dynamo},
 				fnOperator: {redisRule, "sg:" + ep(endpointSecrets) + " 443-443", dynamo},
 			}
+			endpoints := st.stack.settings.Profile.EndpointAZs > 0
+			if !endpoints {
+				// No interface endpoints: every function calls Secrets
+				// Manager (and SQS, SNS) on 443 through NAT, one rule.
+				for _, fn := range functionNames {
+					w := []string{redisRule, "0.0.0.0/0 443-443"}
+					if functionReach[fn].dynamodb {
+						w = append(w, dynamo)
+					}
+					want[fn] = w
+				}
+			}
 			for _, port := range internet[st.name] {
-				want[fnConsumer] = append(want[fnConsumer], fmt.Sprintf("0.0.0.0/0 %d-%d", port, port))
+				if r := fmt.Sprintf("0.0.0.0/0 %d-%d", port, port); !slices.Contains(want[fnConsumer], r) {
+					want[fnConsumer] = append(want[fnConsumer], r)
+				}
 			}
 			fnSGs := map[string]bool{}
 			for _, fn := range functionNames {
@@ -138,13 +166,27 @@ func TestSecurityGroups(t *testing.T) {
 					t.Errorf("%s may open %v", sg, got)
 				}
 			}
-			admits(redis, redisPort, functionNames...)
-			admits(ep(endpointSecrets), 443, functionNames...)
-			admits(ep(endpointSQS), 443, fnPoller)
-			admits(ep(endpointSNS), 443, fnConsumer)
-			// Nothing else in the stack opens the internet.
+			var redisAdmits []string
+			for _, fn := range functionNames {
+				redisAdmits = append(redisAdmits, fmt.Sprintf("sg:%s %d-%d", sgID(fn), from, to))
+			}
+			if got := sgRules(t, st.tpl, redis, "ingress"); !slices.Equal(got, sorted(redisAdmits)) {
+				t.Errorf("Redis admits\n  %v\nwant exactly\n  %v", got, sorted(redisAdmits))
+			}
+			if got := sgRules(t, st.tpl, redis, "egress"); len(got) > 0 {
+				t.Errorf("Redis may open %v", got)
+			}
+			if endpoints {
+				admits(ep(endpointSecrets), 443, functionNames...)
+				admits(ep(endpointSQS), 443, fnPoller)
+				admits(ep(endpointSNS), 443, fnConsumer)
+			} else if len(st.stack.EndpointSGs) > 0 {
+				t.Errorf("no interface endpoints, yet endpoint security groups %v", st.stack.EndpointSGs)
+			}
+			// Nothing else in the stack opens the internet: the consumer,
+			// and without interface endpoints the functions that call AWS.
 			for sg := range resources(st.tpl, "AWS::EC2::SecurityGroup") {
-				if sg == sgID(fnConsumer) {
+				if sg == sgID(fnConsumer) || !endpoints && slices.ContainsFunc(functionNames, func(fn string) bool { return sg == sgID(fn) }) {
 					continue
 				}
 				for _, r := range sgRules(t, st.tpl, sg, "egress") {

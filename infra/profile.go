@@ -8,33 +8,50 @@ import (
 
 // Profile is the size of a deployment: how many of the things billed by
 // the hour (NAT gateways, cache nodes, endpoint network interfaces) the
-// stack runs. `-c profile=prod|dev` picks one (prod when absent);
-// redisNodeType and redisShards, when given, still win over its choice.
-// profiles says what each costs and what dev gives up.
+// stack runs. `-c profile=prod|dev|serverless` picks one (prod when
+// absent); redisNodeType and redisShards, when given, still win over the
+// choice of prod and dev. profiles says what each costs and what dev and
+// serverless give up.
 type Profile struct {
 	// Name is what -c profile takes.
 	Name string
 	// NatGateways: one per AZ in prod, so losing an AZ does not cut the
-	// payouts of the other; one in dev, shared by both AZs. None is not an
-	// option: the consumer must reach both ElastiCache (inside the VPC only)
-	// and the payout provider (outside AWS, IPv4), and from a private
-	// subnet only NAT routes to the latter.
+	// payouts of the other; one in dev and serverless, shared by both AZs.
+	// None is not an option: the consumer must reach both ElastiCache
+	// (inside the VPC only) and the payout provider (outside AWS, IPv4),
+	// and from a private subnet only NAT routes to the latter.
 	NatGateways int
 	// RedisNodeType and RedisShards are the defaults of redisNodeType and
-	// redisShards; RedisReplicas is the replicas per shard (0 or 1).
+	// redisShards; RedisReplicas is the replicas per shard (0 or 1). A
+	// serverless profile has none of them.
 	RedisNodeType string
 	RedisShards   int
 	RedisReplicas int
-	// EndpointAZs is in how many AZs the interface endpoints have a network
-	// interface (each is billed by the AZ-hour).
+	// EndpointAZs is in how many AZs the interface endpoints (SQS, SNS,
+	// Secrets Manager) have a network interface (each is billed by the
+	// AZ-hour). 0: no interface endpoints at all; the functions reach
+	// those services through the NAT gateway instead (DynamoDB keeps its
+	// gateway endpoint, which is free).
 	EndpointAZs int
+	// RedisServerless: ElastiCache Serverless (Valkey) instead of a
+	// replication group of nodes; it is spread over the AZs by itself
+	// and scales by itself, up to the usage limits (cacheMaxStorageGb,
+	// cacheMaxEcpuPerSecond).
+	RedisServerless bool
+	// PollerMemoryMB is the poller's memory. It waits on Redis and SQS
+	// most of its ~70 s run, so its CPU share matters little.
+	PollerMemoryMB int
+	// WebhooksFirewall: a WAF web ACL in front of the providers' webhooks
+	// (a rate rule per source, the allowlist of webhookSourceCidrs).
+	WebhooksFirewall bool
 }
 
 // Profile names, as operators type them.
 const (
-	profileProd = "prod"
-	profileDev  = "dev"
-	ctxProfile  = "profile"
+	profileProd       = "prod"
+	profileDev        = "dev"
+	profileServerless = "serverless"
+	ctxProfile        = "profile"
 )
 
 // profiles lists what each profile runs; prod is the stack as it was
@@ -46,30 +63,44 @@ const (
 // https://aws.amazon.com/elasticache/pricing/ and
 // https://aws.amazon.com/privatelink/pricing/ before relying on them.
 //
-//	item (price)                                   prod                 dev
-//	NAT gateway ($0.045/h)                         2  = $66             1 = $33
-//	its public IPv4 address ($0.005/h)             2  = $7              1 = $4
-//	Valkey node (r7g.large $0.1752/h,              4 x r7g.large        1 x t4g.small
-//	  t4g.small $0.0256/h; Redis OSS +25%)            = $512               = $19
-//	interface endpoint ($0.01 per AZ-hour)         3 x 2 AZs = $44      3 x 1 AZ = $22
-//	poller (a ~70 s run every minute, 1 GB,        $41                  $41
+//	item (price)                          prod            dev            serverless
+//	NAT gateway ($0.045/h)                2 = $66         1 = $33        1 = $33
+//	its public IPv4 address ($0.005/h)    2 = $7          1 = $4         1 = $4
+//	Valkey nodes (r7g.large $0.1752/h,    4 x r7g.large   1 x t4g.small  none
+//	  t4g.small $0.0256/h; Redis +25%)      = $512          = $19
+//	ElastiCache Serverless Valkey         -               -              100 MB minimum
+//	  ($0.084/GB-h, 100 MB minimum;                                        = $6.1, ECPU
+//	  ECPU $0.0023 per million)                                            under $1 (a)
+//	interface endpoint ($0.01/AZ-hour)    3 x 2 AZs = $44 3 x 1 AZ = $22 none
+//	poller (a ~70 s run every minute,     1 GB = $41      1 GB = $41     256 MB = $10
 //	  arm64 $0.0000133/GB-s)
-//	KMS keys ($1/key-month), Secrets Manager       $2 + $1.60           $2 + $1.60
-//	  ($0.40/secret-month: Redis AUTH, payout,
-//	  webhook, finance signing keys)
-//	CloudWatch dashboard ($3), alarms ($0.10       ~$5                  ~$5
-//	  per metric alarmed; 18 alarms in prod)
-//	WAF web ACL of the webhooks ($5), its rules    $6-7                 $6-7
-//	  ($1 each: 1, 2 with webhookSourceCidrs)
-//	total                                          ~$690                ~$130
+//	KMS keys ($1/key-month)               2 = $2          2 = $2         2 = $2
+//	secrets ($0.40/secret-month: 5 Redis  8 = $3.20       8 = $3.20      8 = $3.20
+//	  passwords in the stack, the
+//	  operator's payout signing, payout
+//	  callback and payments keys; +1
+//	  for each webhook set)
+//	CloudWatch dashboard ($3), alarms     30 alarms on    29 on 34       31 on 36
+//	  ($0.10 per metric alarmed)            37 metrics      = $6.40        = $6.60
+//	                                        = $6.70
+//	WAF web ACL of the webhooks ($5),     $6-7            $6-7           none
+//	  its rules ($1 each: 1, 2 with
+//	  webhookSourceCidrs)
+//	total                                 ~$690           ~$135          ~$65
 //
-// Usage on top of both: NAT data $0.045/GB (the payout calls), endpoint data
-// $0.01/GB; per million: Lambda requests $0.20 (plus GB-seconds), HTTP API
-// $1.00, REST API (webhooks) $3.50, WAF $0.60, SQS $0.40, SNS $0.50, DynamoDB
-// on demand $0.625 written and $0.125 read; CloudWatch Logs $0.50/GB ingested
-// (function logs, VPC flow logs), custom metrics $0.30 each a month (EMF: the
-// per-item stock metrics grow with the items on sale). Free tiers are left
-// out.
+// (a) The poller's rounds (one a second at most when idle, a few commands
+// each) and its housekeeping every 10 s: about 10 ECPU a second, 26
+// million a month, $0.06.
+//
+// Usage on top of all: NAT data $0.045/GB (the payout calls; in serverless
+// also every SQS, SNS and Secrets Manager call), endpoint data $0.01/GB;
+// per million: Lambda requests $0.20 (plus GB-seconds), HTTP API $1.00,
+// REST API (webhooks) $3.50, WAF $0.60 (not in serverless), SQS $0.40, SNS
+// $0.50, DynamoDB on demand $0.625 written and $0.125 read, ElastiCache
+// Serverless ECPU $0.0023 and its data $0.084/GB-h; CloudWatch Logs
+// $0.50/GB ingested (function logs, VPC flow logs), custom metrics $0.30
+// each a month (EMF: the per-item stock metrics grow with the items on
+// sale). Free tiers are left out.
 //
 // What dev gives up: one cache node and no replica, so a node failure or
 // replacement loses the queues, the stock counts and the results written
@@ -80,24 +111,48 @@ const (
 // losing it cuts the functions off SQS, SNS and Secrets Manager; a
 // burstable node whose CPU credits run out under sustained load. It is for
 // trying the system and for staging, not for real money.
+//
+// What serverless gives up: the choice of nodes and replicas (ElastiCache
+// Serverless keeps its data in several AZs by itself); capacity that
+// scales up behind a burst instead of being there before it; commands
+// throttled once the cache reaches cacheMaxEcpuPerSecond, and writes
+// refused at cacheMaxStorageGb; one NAT gateway, so losing its AZ stops
+// every payout, and with no interface endpoints the functions also reach
+// SQS, SNS and Secrets Manager through it (billed per GB); no WAF in front
+// of the webhooks (their HMAC signatures, the stage's throttling and the
+// function's per-source limit remain). ElastiCache Serverless also evicts
+// keys with a TTL under memory pressure and refuses some commands: every
+// function runs with HOURGLASS_REDIS_COMMANDS=elasticache-serverless.
+// Zero NAT gateways is not offered, for the reason NatGateways gives.
 var profiles = map[string]Profile{
 	profileProd: {
-		Name:          profileProd,
-		NatGateways:   2,
-		RedisNodeType: "cache.r7g.large",
-		RedisShards:   2,
-		RedisReplicas: 1,
-		EndpointAZs:   2,
+		Name:             profileProd,
+		NatGateways:      2,
+		RedisNodeType:    "cache.r7g.large",
+		RedisShards:      2,
+		RedisReplicas:    1,
+		EndpointAZs:      2,
+		PollerMemoryMB:   1024,
+		WebhooksFirewall: true,
 	},
 	profileDev: {
 		Name:        profileDev,
 		NatGateways: 1,
 		// The smallest Graviton node with room for queues of a test: 1.37
 		// GiB (micro has 0.5).
-		RedisNodeType: "cache.t4g.small",
-		RedisShards:   1,
-		RedisReplicas: 0,
-		EndpointAZs:   1,
+		RedisNodeType:    "cache.t4g.small",
+		RedisShards:      1,
+		RedisReplicas:    0,
+		EndpointAZs:      1,
+		PollerMemoryMB:   1024,
+		WebhooksFirewall: true,
+	},
+	profileServerless: {
+		Name:            profileServerless,
+		NatGateways:     1,
+		EndpointAZs:     0,
+		RedisServerless: true,
+		PollerMemoryMB:  256,
 	},
 }
 
@@ -133,5 +188,25 @@ func (s *Settings) applyProfile(v any) error {
 	return err
 }
 
-// MultiAZ: a replica in another AZ to fail over to.
+// profileUse says which profiles take the node settings (nodes) or the
+// usage limits.
+func profileUse(nodes bool) string {
+	if nodes {
+		return "it sizes the cache nodes of prod and dev; serverless runs none"
+	}
+	return "it limits ElastiCache Serverless, which only the serverless profile runs"
+}
+
+// MultiAZ: a replica in another AZ to fail over to (node-based profiles;
+// ElastiCache Serverless spreads itself over the AZs).
 func (p Profile) MultiAZ() bool { return p.RedisReplicas > 0 }
+
+// redisCommands is HOURGLASS_REDIS_COMMANDS, the set of commands the
+// functions' Redis client may send: "" (any) on nodes;
+// "elasticache-serverless" on ElastiCache Serverless, which refuses some.
+func (p Profile) redisCommands() string {
+	if p.RedisServerless {
+		return "elasticache-serverless"
+	}
+	return ""
+}

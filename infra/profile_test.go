@@ -22,11 +22,11 @@ var (
 )
 
 type profileFixture struct {
-	dev, override       *HourglassStack
-	devTpl, overrideTpl assertions.Template
-	devMap, overrideMap map[string]any
-	nagErrors           []string
-	err                 error
+	dev, override, sls          *HourglassStack
+	devTpl, overrideTpl, slsTpl assertions.Template
+	devMap, overrideMap, slsMap map[string]any
+	nagErrors                   []string
+	err                         error
 }
 
 func profileStacks(t *testing.T) *profileFixture {
@@ -63,6 +63,10 @@ func buildProfileFixture() (f profileFixture) {
 	if err != nil {
 		return profileFixture{err: err}
 	}
+	sls, err := settings(map[string]any{ctxProfile: "serverless"})
+	if err != nil {
+		return profileFixture{err: err}
+	}
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(fxDir, "cdk.out.profiles"))})
 	code := filepath.Join(fxDir, "dist")
 	if f.dev, err = NewHourglassStack(app, "HourglassDev", &HourglassStackProps{Settings: dev, CodeDir: code}); err != nil {
@@ -71,13 +75,18 @@ func buildProfileFixture() (f profileFixture) {
 	if f.override, err = NewHourglassStack(app, "HourglassDevOverride", &HourglassStackProps{Settings: override, CodeDir: code}); err != nil {
 		return profileFixture{err: err}
 	}
+	if f.sls, err = NewHourglassStack(app, "HourglassServerless", &HourglassStackProps{Settings: sls, CodeDir: code}); err != nil {
+		return profileFixture{err: err}
+	}
 	ApplyNag(app)
+	f.slsTpl = assertions.Template_FromStack(f.sls.Stack, nil)
+	f.slsMap = *f.slsTpl.ToJSON()
 	f.devTpl = assertions.Template_FromStack(f.dev.Stack, nil)
 	f.devMap = *f.devTpl.ToJSON()
 	f.overrideTpl = assertions.Template_FromStack(f.override.Stack, nil)
 	f.overrideMap = *f.overrideTpl.ToJSON()
 	nag := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
-	for _, st := range []*HourglassStack{f.dev, f.override} {
+	for _, st := range []*HourglassStack{f.dev, f.override, f.sls} {
 		for _, m := range *assertions.Annotations_FromStack(st.Stack).FindError(jsii.String("*"), nag) {
 			f.nagErrors = append(f.nagErrors, fmt.Sprintf("%s %s: %v", *st.Stack.StackName(), *m.Id, m.Entry.Data))
 		}
@@ -86,7 +95,7 @@ func buildProfileFixture() (f profileFixture) {
 }
 
 func TestProfileSettings(t *testing.T) {
-	prod, dev := profiles[profileProd], profiles[profileDev]
+	prod, dev, sls := profiles[profileProd], profiles[profileDev], profiles[profileServerless]
 	tests := []struct {
 		name    string
 		ctx     map[string]any
@@ -109,7 +118,39 @@ func TestProfileSettings(t *testing.T) {
 			ctx:  map[string]any{"redisNodeType": "cache.r7g.xlarge", "redisShards": "4"},
 			want: func(s *Settings) { s.Profile, s.RedisNodeType, s.RedisShards = prod, "cache.r7g.xlarge", 4 },
 		},
-		{name: "unknown profile", ctx: map[string]any{"profile": "staging"}, wantErr: `context profile: "staging" is not a profile (dev, prod)`},
+		{
+			name: "serverless: no nodes, usage limits at their defaults", ctx: map[string]any{"profile": "serverless"},
+			want: func(s *Settings) { s.Profile, s.RedisNodeType, s.RedisShards = sls, "", 0 },
+		},
+		{
+			name: "serverless usage limits",
+			ctx:  map[string]any{"profile": "serverless", "cacheMaxStorageGb": "20", "cacheMaxEcpuPerSecond": 200000.0},
+			want: func(s *Settings) {
+				s.Profile, s.RedisNodeType, s.RedisShards = sls, "", 0
+				s.CacheMaxStorageGB, s.CacheMaxECPUPerSecond = 20, 200_000
+			},
+		},
+		{
+			name: "serverless has no nodes to size", ctx: map[string]any{"profile": "serverless", "redisNodeType": "cache.r7g.large"},
+			wantErr: "context redisNodeType: the serverless profile has no use for it",
+		},
+		{
+			name: "serverless has no shards", ctx: map[string]any{"profile": "serverless", "redisShards": "2"},
+			wantErr: "context redisShards: the serverless profile has no use for it",
+		},
+		{
+			name: "usage limits are serverless's", ctx: map[string]any{"profile": "dev", "cacheMaxStorageGb": "5"},
+			wantErr: "context cacheMaxStorageGb: the dev profile has no use for it",
+		},
+		{
+			name: "ECPU limit below ElastiCache's", ctx: map[string]any{"profile": "serverless", "cacheMaxEcpuPerSecond": "999"},
+			wantErr: "context cacheMaxEcpuPerSecond: 999 is outside 1000..15000000",
+		},
+		{
+			name: "storage limit above ElastiCache's", ctx: map[string]any{"profile": "serverless", "cacheMaxStorageGb": "5001"},
+			wantErr: "context cacheMaxStorageGb: 5001 is outside 1..5000",
+		},
+		{name: "unknown profile", ctx: map[string]any{"profile": "staging"}, wantErr: `context profile: "staging" is not a profile (dev, prod, serverless)`},
 		{name: "not a string", ctx: map[string]any{"profile": 1.0}, wantErr: "context profile: want a string"},
 	}
 	for _, tt := range tests {
@@ -137,7 +178,8 @@ func TestProfileSettings(t *testing.T) {
 // stack without -c profile is the stack it was before profiles.
 func TestDefaultSettingsAreProd(t *testing.T) {
 	d, p := DefaultSettings(), profiles[profileProd]
-	want := Profile{Name: "prod", NatGateways: 2, RedisNodeType: "cache.r7g.large", RedisShards: 2, RedisReplicas: 1, EndpointAZs: 2}
+	want := Profile{Name: "prod", NatGateways: 2, RedisNodeType: "cache.r7g.large", RedisShards: 2, RedisReplicas: 1, EndpointAZs: 2,
+		PollerMemoryMB: 1024, WebhooksFirewall: true}
 	if diff := cmp.Diff(want, p); diff != "" {
 		t.Errorf("prod profile (-want +got):\n%s", diff)
 	}

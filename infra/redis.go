@@ -20,6 +20,9 @@ const (
 	redisEngine        = "valkey"
 	redisEngineVersion = "8.0"
 	redisFamily        = "valkey8"
+	// serverlessMajorVersion: ElastiCache Serverless takes the major
+	// version only and applies minor versions itself.
+	serverlessMajorVersion = "8"
 )
 
 func (s *HourglassStack) createRedis() {
@@ -28,6 +31,10 @@ func (s *HourglassStack) createRedis() {
 	var dataSubnets []any
 	for _, id := range *s.Vpc.SelectSubnets(&awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetData)}).SubnetIds {
 		dataSubnets = append(dataSubnets, id)
+	}
+	if s.settings.Profile.RedisServerless {
+		s.createServerlessCache(dataSubnets)
+		return
 	}
 	subnets := awselasticache.NewCfnSubnetGroup(s.Stack, jsii.String("RedisSubnets"), &awselasticache.CfnSubnetGroupProps{
 		Description: jsii.String("Hourglass ElastiCache: the isolated data subnets"),
@@ -119,12 +126,60 @@ func (s *HourglassStack) createRedis() {
 	}
 }
 
+// createServerlessCache makes the serverless profile's cache: ElastiCache
+// Serverless (Valkey) in the data subnets, behind the Redis security
+// group, encrypted at rest with the data key, TLS always (it has no
+// plain-text port), with the functions' RBAC users. A Valkey cache takes a
+// user group of engine redis or valkey; the group stays redis, as on
+// nodes, so the users are the same in every profile. It is spread over
+// the AZs and scales by itself, so there is nothing to size but the usage
+// limits, which cap what it bills.
+func (s *HourglassStack) createServerlessCache(subnets []any) {
+	name := s.redisGroupID()
+	s.RedisServerless = awselasticache.NewCfnServerlessCache(s.Stack, jsii.String("RedisServerless"), &awselasticache.CfnServerlessCacheProps{
+		ServerlessCacheName: jsii.String(name),
+		Description:         jsii.String("Hourglass delay queues, flash-sale stock and results (serverless profile)"),
+		Engine:              jsii.String(redisEngine),
+		MajorEngineVersion:  jsii.String(serverlessMajorVersion),
+		SubnetIds:           &subnets,
+		SecurityGroupIds:    &[]any{s.RedisSG.SecurityGroupId()},
+		KmsKeyId:            s.DataKey.KeyArn(),
+		// RBAC is the only access control ElastiCache Serverless has.
+		UserGroupId:            s.RedisUserGroup.Ref(),
+		SnapshotRetentionLimit: jsii.Number(7),
+		DailySnapshotTime:      jsii.String("02:00"),
+		// Deleting the stack (or replacing the cache) keeps a final
+		// snapshot of the queues, as the replication group's SNAPSHOT
+		// removal policy does; CloudFormation's DeletionPolicy Snapshot
+		// does not apply to this resource type.
+		FinalSnapshotName: jsii.String(name + "-final"),
+		CacheUsageLimits: &awselasticache.CfnServerlessCache_CacheUsageLimitsProperty{
+			DataStorage: &awselasticache.CfnServerlessCache_DataStorageProperty{
+				Maximum: jsii.Number(float64(s.settings.CacheMaxStorageGB)),
+				Unit:    jsii.String("GB"),
+			},
+			EcpuPerSecond: &awselasticache.CfnServerlessCache_ECPUPerSecondProperty{
+				Maximum: jsii.Number(float64(s.settings.CacheMaxECPUPerSecond)),
+			},
+		},
+	})
+}
+
 // redisURL is function fn's REDIS_URL: TLS (rediss), its Redis user, the
-// configuration endpoint, cluster mode. The password is not in it: the
-// function reads it from the secret REDIS_AUTH_SECRET_ID names.
+// configuration endpoint (or ElastiCache Serverless's endpoint, which
+// speaks the cluster protocol too), cluster mode. The password is not in
+// it: the function reads it from the secret REDIS_AUTH_SECRET_ID names.
 func (s *HourglassStack) redisURL(fn string) *string {
-	return jsii.String(fmt.Sprintf("rediss://%s@%s:%s?cluster=true", redisacl.UserName(fn),
-		*s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort()))
+	addr, port := s.redisEndpoint()
+	return jsii.String(fmt.Sprintf("rediss://%s@%s:%s?cluster=true", redisacl.UserName(fn), *addr, *port))
+}
+
+// redisEndpoint is the address and port clients start from.
+func (s *HourglassStack) redisEndpoint() (addr, port *string) {
+	if s.RedisServerless != nil {
+		return s.RedisServerless.AttrEndpointAddress(), s.RedisServerless.AttrEndpointPort()
+	}
+	return s.Redis.AttrConfigurationEndPointAddress(), s.Redis.AttrConfigurationEndPointPort()
 }
 
 // redisPrefix starts every Redis key (HOURGLASS_REDIS_PREFIX): the users'

@@ -13,7 +13,7 @@ import (
 var userIDRe = regexp.MustCompile(`^[a-z]([a-z0-9]|-[a-z0-9])*$`)
 
 // TestRedisUsers: in every stack the tests build (default, every option,
-// complete ARNs, dev, dev with overrides) each function has an ElastiCache
+// complete ARNs, dev, dev with overrides, serverless) each function has an ElastiCache
 // user whose access string is package redisacl's, whose password is its
 // own secret, which only its role may read and which its REDIS_AUTH_SECRET_ID
 // names, as its REDIS_URL names the user; the group holds them and a
@@ -31,7 +31,7 @@ func TestRedisUsers(t *testing.T) {
 		tpl   map[string]any
 	}{
 		{"default", f.def, f.defMap}, {"options", f.opt, f.optMap}, {"complete ARNs", f.acct, f.acctMap},
-		{"dev", pf.dev, pf.devMap}, {"dev override", pf.override, pf.overrideMap},
+		{"dev", pf.dev, pf.devMap}, {"dev override", pf.override, pf.overrideMap}, {"serverless", pf.sls, pf.slsMap},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			users := resources(st.tpl, "AWS::ElastiCache::User")
@@ -125,6 +125,13 @@ func TestRedisUsers(t *testing.T) {
 				}
 				if !strings.Contains(mustJSON(rg), group) {
 					t.Error("the replication group does not depend on its user group")
+				}
+			}
+			// ElastiCache Serverless takes one group (RBAC is its only
+			// access control) and no AUTH token at all.
+			for _, sc := range resources(st.tpl, "AWS::ElastiCache::ServerlessCache") {
+				if got := mustJSON(propsOf(sc)["UserGroupId"]); got != mustJSON(ref(group)) {
+					t.Errorf("serverless cache's UserGroupId %s, want the user group", got)
 				}
 			}
 		})

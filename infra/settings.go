@@ -95,6 +95,15 @@ type Settings struct {
 	// providers' source address ranges: the webhooks' REST API admits no
 	// one else (WAF and its resource policy, webhooks.go).
 	WebhookSourceCIDRs []string
+	// CacheMaxStorageGB and CacheMaxECPUPerSecond are the serverless
+	// profile's ElastiCache Serverless usage limits: the most data it
+	// stores (GB) and the most ECPUs it serves a second. They bound what a
+	// runaway (a leak, a flood) can bill: at the defaults, 5 GB is at most
+	// $307 a month and 50,000 ECPU/s at most $302. At the storage limit
+	// writes are refused (and keys with a TTL evicted); at the ECPU limit
+	// commands are throttled. Other profiles have neither.
+	CacheMaxStorageGB     int
+	CacheMaxECPUPerSecond int
 }
 
 // Context keys, as operators type them.
@@ -125,6 +134,8 @@ const (
 	ctxEnqueueReserved        = "enqueueReservedConcurrency"
 	ctxSeckillReserved        = "seckillReservedConcurrency"
 	ctxWebhookSourceCIDRs     = "webhookSourceCidrs"
+	ctxCacheMaxStorageGB      = "cacheMaxStorageGb"
+	ctxCacheMaxECPU           = "cacheMaxEcpuPerSecond"
 )
 
 // Placeholders: a deployment with them synthesizes (so `make synth` works
@@ -146,6 +157,8 @@ func DefaultSettings() Settings {
 		RedisNodeType:           profiles[profileProd].RedisNodeType,
 		RedisShards:             profiles[profileProd].RedisShards,
 		QueueShards:             4,
+		CacheMaxStorageGB:       5,
+		CacheMaxECPUPerSecond:   50_000,
 		PayoutURL:               placeholderPayoutURL,
 		PayoutSecretName:        "hourglass/payout-signing-secret",
 		PayoutWebhookSecretName: "hourglass/payout-webhook",
@@ -281,13 +294,25 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 	}
 	// ElastiCache allows 1..500 node groups; the withdrawal queue 1..1024
 	// shards (HOURGLASS_QUEUE_SHARDS); SQS event sources 2..1000.
-	num(ctxRedisShards, &s.RedisShards, 1, 500)
+	if !s.Profile.RedisServerless { // no shards to count (refused below)
+		num(ctxRedisShards, &s.RedisShards, 1, 500)
+	}
 	num(ctxQueueShards, &s.QueueShards, 1, 1024)
 	num(ctxConsumerMaxConcurrency, &s.ConsumerMaxConcurrency, 2, 1000)
 	// Lambda reserves 1..1000 (the account quota is the real bound); 0 is off.
 	num(ctxPollerReserved, &s.PollerReservedConcurrency, 0, 1000)
 	num(ctxEnqueueReserved, &s.EnqueueReservedConcurrency, 0, 1000)
 	num(ctxSeckillReserved, &s.SeckillReservedConcurrency, 0, 1000)
+	// ElastiCache Serverless takes 1..5,000 GB and 1,000..15,000,000 ECPU/s.
+	num(ctxCacheMaxStorageGB, &s.CacheMaxStorageGB, 1, 5000)
+	num(ctxCacheMaxECPU, &s.CacheMaxECPUPerSecond, 1000, 15_000_000)
+	// A setting the profile has no use for would silently do nothing.
+	for _, k := range []string{ctxRedisNodeType, ctxRedisShards, ctxCacheMaxStorageGB, ctxCacheMaxECPU} {
+		nodes := k == ctxRedisNodeType || k == ctxRedisShards
+		if get(k) != nil && nodes == s.Profile.RedisServerless {
+			errs = append(errs, fmt.Errorf("context %s: the %s profile has no use for it (%s)", k, s.Profile.Name, profileUse(nodes)))
+		}
+	}
 
 	if u, err := url.Parse(s.JWTIssuer); err != nil || u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an https URL (API Gateway requires one)", ctxJWTIssuer, s.JWTIssuer))
@@ -306,7 +331,7 @@ func SettingsFrom(get func(key string) any) (Settings, error) {
 			errs = append(errs, fmt.Errorf("context %s: %q is not an e-mail address", e.key, e.v))
 		}
 	}
-	if !nodeTypePattern.MatchString(s.RedisNodeType) {
+	if !s.Profile.RedisServerless && !nodeTypePattern.MatchString(s.RedisNodeType) {
 		errs = append(errs, fmt.Errorf("context %s: %q is not an ElastiCache node type (cache.<family>.<size>)", ctxRedisNodeType, s.RedisNodeType))
 	}
 	for _, u := range []struct{ key, v string }{{ctxFinanceWebhookURL, s.FinanceWebhookURL}, {ctxOrdersWebhookURL, s.OrdersWebhookURL}} {

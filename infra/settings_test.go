@@ -23,7 +23,9 @@ func TestCdkJSONDocumentsTheDefaults(t *testing.T) {
 		t.Errorf("cdk.json context differs from DefaultSettings (-code +cdk.json):\n%s", diff)
 	}
 	// redisNodeType and redisShards are not there: a value in cdk.json
-	// would win over the profile's choice (-c profile=dev).
+	// would win over the profile's choice (-c profile=dev). Nor are the
+	// serverless usage limits (cacheMaxStorageGb, cacheMaxEcpuPerSecond):
+	// the node profiles refuse them.
 	keys := []string{ctxProfile, ctxJWTIssuer, ctxJWTAudience, ctxJWTScope, ctxFinanceEmail, ctxAlarmEmail,
 		ctxQueueShards, ctxPayoutURL, ctxPayoutSecretName, ctxWebhookSecretName, ctxPayoutLookup, ctxIdempotencyWindow,
 		ctxConsumerMaxConcurrency, ctxFinanceWebhookURL, ctxFinanceSecretName, ctxPollerReserved, ctxAdminRoleARNs,

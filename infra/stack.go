@@ -63,12 +63,15 @@ type HourglassStack struct {
 	// SecurityGroups holds each function's own security group, by function
 	// name; RedisSG admits each of them; EndpointSGs holds each interface
 	// endpoint's, by service (endpointSQS, endpointSNS, endpointSecrets).
-	SecurityGroups  map[string]awsec2.SecurityGroup
-	RedisSG         awsec2.SecurityGroup
-	EndpointSGs     map[string]awsec2.SecurityGroup
-	DataKey         awskms.Key
-	AlarmKey        awskms.Key
+	SecurityGroups map[string]awsec2.SecurityGroup
+	RedisSG        awsec2.SecurityGroup
+	EndpointSGs    map[string]awsec2.SecurityGroup
+	DataKey        awskms.Key
+	AlarmKey       awskms.Key
+	// Redis is the replication group (prod, dev); RedisServerless the
+	// ElastiCache Serverless cache (serverless). One of them is nil.
 	Redis           awselasticache.CfnReplicationGroup
+	RedisServerless awselasticache.CfnServerlessCache
 	RedisParameters awselasticache.CfnParameterGroup
 	Withdrawals     awsdynamodb.Table
 	Orders          awsdynamodb.Table
@@ -201,7 +204,7 @@ func (s *HourglassStack) createOutputs() {
 		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
 	}
 	out("ApiUrl", "Base URL of the HTTP API", s.Api.ApiEndpoint())
-	out("WebhooksUrl", "Base URL of the providers' webhooks (REST API behind WAF): append v1/webhooks/payouts or v1/webhooks/payments",
+	out("WebhooksUrl", "Base URL of the providers' webhooks (REST API"+behindWAF(s.settings.Profile)+"): append v1/webhooks/payouts or v1/webhooks/payments",
 		s.Webhooks.Url())
 	out("WorkQueueUrl", "SQS work queue (poller -> consumer)", s.WorkQueue.QueueUrl())
 	out("DeadLetterQueueUrl", "Jobs the consumer failed 5 times", s.DeadLetterQueue.QueueUrl())
@@ -214,8 +217,12 @@ func (s *HourglassStack) createOutputs() {
 	out("OrdersDeadLetterQueueUrl", "Order events a subscription could not deliver or downstream failed to take 5 times",
 		s.OrdersDeadLetterQueue.QueueUrl())
 	out("AlarmTopicArn", "Ops alarms", s.AlarmTopic.TopicArn())
-	out("RedisConfigurationEndpoint", "ElastiCache cluster-mode configuration endpoint (TLS)",
-		jsii.String(fmt.Sprintf("%s:%s", *s.Redis.AttrConfigurationEndPointAddress(), *s.Redis.AttrConfigurationEndPointPort())))
+	endpointDesc := "ElastiCache cluster-mode configuration endpoint (TLS)"
+	if s.RedisServerless != nil {
+		endpointDesc = "ElastiCache Serverless endpoint (TLS, cluster protocol)"
+	}
+	addr, port := s.redisEndpoint()
+	out("RedisConfigurationEndpoint", endpointDesc, jsii.String(fmt.Sprintf("%s:%s", *addr, *port)))
 	for _, fn := range redisacl.Functions() {
 		out("Redis"+fnID(fn)+"SecretArn", "Secrets Manager secret holding the password of the "+fn+
 			" function's ElastiCache user "+redisacl.UserName(fn), s.RedisSecrets[fn].SecretArn())

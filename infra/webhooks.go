@@ -17,7 +17,8 @@ import (
 // The providers' webhooks have an edge of their own: a regional REST API
 // (an HTTP API takes neither WAF nor a resource policy) with its own
 // throttling, behind a WAF web ACL that limits each source address and,
-// given webhookSourceCidrs, admits the providers' addresses only. On the
+// given webhookSourceCidrs, admits the providers' addresses only (not in
+// the serverless profile, which saves WAF's fixed cost). On the
 // HTTP API, one address posting junk took the budget the provider's
 // callbacks shared with it, and a late payment confirmation turns a flash
 // sale's order into expired plus refund_required.
@@ -53,10 +54,10 @@ type webhookRoute struct {
 var webhookRoutes = []webhookRoute{
 	{"/v1/webhooks/payouts", throttle{rate: 100, burst: 200}, []string{"event_id", "withdrawal_id", "status"},
 		"the payout provider's callbacks, which carry no user identity: each is authenticated by its " +
-			"X-Hourglass-Signature (HMAC-SHA256 with PAYOUT_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source by WAF and the function"},
+			"X-Hourglass-Signature (HMAC-SHA256 with PAYOUT_WEBHOOK_SECRET, within 5 minutes)"},
 	{"/v1/webhooks/payments", throttle{rate: 100, burst: 200}, []string{"event_id", "order_id", "status", "amount", "currency"},
 		"the payment provider's confirmations of flash-sale orders, which carry no user identity: each is authenticated by its " +
-			"X-Hourglass-Signature (HMAC-SHA256 with PAYMENTS_WEBHOOK_SECRET, within 5 minutes) and rate-limited per source by WAF and the function"},
+			"X-Hourglass-Signature (HMAC-SHA256 with PAYMENTS_WEBHOOK_SECRET, within 5 minutes)"},
 }
 
 // signatureHeader is what every provider's request carries: API Gateway
@@ -118,7 +119,7 @@ func (s *HourglassStack) createWebhooks() {
 	}
 	props := &awsapigateway.RestApiProps{
 		RestApiName:    jsii.String(*s.Stack.StackName() + "-webhooks"),
-		Description:    jsii.String("Hourglass: the payment and payout providers' webhooks, behind WAF"),
+		Description:    jsii.String("Hourglass: the payment and payout providers' webhooks" + behindWAF(s.settings.Profile)),
 		EndpointTypes:  &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
 		CloudWatchRole: jsii.Bool(true),
 		DeployOptions: &awsapigateway.StageOptions{
@@ -154,6 +155,17 @@ func (s *HourglassStack) createWebhooks() {
 			"writes a REST API's access and execution logs; it grants log writes only.",
 		"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs")
 
+	// The serverless profile runs no WAF (its $5 a month and $1 a rule):
+	// the signatures, the stage's throttling and the function's own limit
+	// per source remain.
+	limiter, front := "WAF and the function", "WAF and its own stage throttling stand"
+	if !s.settings.Profile.WebhooksFirewall {
+		limiter, front = "the function", "its own stage throttling stands"
+		suppress(api.DeploymentStage(), "AwsSolutions-APIG3",
+			"The "+s.settings.Profile.Name+" profile runs no WAF web ACL, to cost less (profile.go, docs/deploy.md): every "+
+				"request must carry a valid HMAC signature, the stage throttles each route, and the function limits each "+
+				"source address (HOURGLASS_RATE_WEBHOOK_SOURCE); prod and dev put WAF in front.")
+	}
 	integration := awsapigateway.NewLambdaIntegration(s.invoked(fnEnqueue), &awsapigateway.LambdaIntegrationOptions{
 		Proxy: jsii.Bool(true),
 		// The console's test button is not a provider.
@@ -182,14 +194,17 @@ func (s *HourglassStack) createWebhooks() {
 			RequestModels:     &map[string]awsapigateway.IModel{"application/json": model},
 			OperationName:     jsii.String(strings.TrimPrefix(r.path, "/v1/")),
 		})
-		why := "Public by design (SPEC.md): POST " + r.path + " is " + r.why + "; WAF and its own stage throttling stand in front."
+		why := "Public by design (SPEC.md): POST " + r.path + " is " + r.why + " and rate-limited per source by " + limiter +
+			"; " + front + " in front."
 		suppress(m, "AwsSolutions-APIG4", why)
 		suppress(m, "AwsSolutions-COG4", why)
 		suppressGuardAll(m, "AWS::Lambda::Permission", "lambda_function_public_access_prohibited_check",
 			"The permission admits API Gateway for this REST API's method only: its SourceArn is the method's execute-api "+
 				"ARN, an Fn::Join of this account, region and API id, which the rule cannot read as a string or a Ref.")
 	}
-	s.createWebhooksFirewall(api, cidrs)
+	if s.settings.Profile.WebhooksFirewall {
+		s.createWebhooksFirewall(api, cidrs)
+	}
 }
 
 // createWebhooksFirewall puts the REST API's stage behind a WAF web ACL:
@@ -264,6 +279,14 @@ func (s *HourglassStack) createWebhooksFirewall(api awsapigateway.RestApi, cidrs
 		ResourceArn: api.DeploymentStage().StageArn(),
 		WebAclArn:   acl.AttrArn(),
 	})
+}
+
+// behindWAF ends a description of the webhooks in prod and dev.
+func behindWAF(p Profile) string {
+	if p.WebhooksFirewall {
+		return ", behind WAF"
+	}
+	return ""
 }
 
 func allowlistNote(cidrs []string) string {

@@ -93,7 +93,7 @@ func main() {
 		run  func(context.Context, redis.UniversalClient, *server, *report, bool) error
 	}{
 		{"queue", benchQueue}, {"lag", benchLag}, {"burst", benchBurst}, {"backlog", benchBacklog},
-		{"admit", benchAdmission}, {"handler", benchHandler}, {"memory", benchMemory}, {"lambda", benchLambda},
+		{"admit", benchAdmission}, {"handler", benchHandler}, {"memory", benchMemory}, {"lambda", benchLambda}, {"capacity", benchCapacity},
 		{"cost", benchCost},
 	}
 	start := time.Now()

@@ -125,7 +125,11 @@ func capLoadCurve(ctx context.Context, cl *capCluster, svc *seckill.Service, rep
 	var base float64
 	results := make([]capResult, len(capCurve))
 	for i, callers := range capCurve {
-		users := capUsers(item+"-"+strconv.Itoa(callers), sz.steady)
+		n := sz.steady
+		if callers < 4 {
+			n /= 4 // one at a time, each waits for its round trip
+		}
+		users := capUsers(item+"-"+strconv.Itoa(callers), n)
 		res, err := cl.measure(ctx, func() (int, error) {
 			t := capPurchasesOf(ctx, svc, callers, func(int) string { return item }, users)
 			return t.admitted, t.err()

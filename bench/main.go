@@ -53,7 +53,7 @@ func met(ok bool) *bool { return &ok }
 func main() {
 	out := flag.String("out", "bench", "directory of results.json and results.md")
 	quick := flag.Bool("quick", false, "smaller runs, for a smoke test (figures are not comparable)")
-	skip := flag.String("skip", "", "comma-separated sections to skip: queue,lag,burst,backlog,admit,handler,memory,lambda,cost")
+	skip := flag.String("skip", "", "comma-separated sections to skip: queue,lag,burst,backlog,admit,handler,memory,lambda,cost,capacity")
 	cpuprofile := flag.String("cpuprofile", "", "write the benchmark's Go CPU profile to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -93,7 +93,7 @@ func main() {
 		run  func(context.Context, redis.UniversalClient, *server, *report, bool) error
 	}{
 		{"queue", benchQueue}, {"lag", benchLag}, {"burst", benchBurst}, {"backlog", benchBacklog},
-		{"admit", benchAdmission}, {"handler", benchHandler}, {"memory", benchMemory}, {"lambda", benchLambda},
+		{"admit", benchAdmission}, {"handler", benchHandler}, {"memory", benchMemory}, {"lambda", benchLambda}, {"capacity", benchCapacity},
 		{"cost", benchCost},
 	}
 	start := time.Now()

@@ -709,7 +709,8 @@ func reportCost(rep *report, pl priceList, profiles []costProfile, ms map[string
 		evenRow := row{Key: "break_even_million_withdrawals_vs_scheduler_" + pr.Name,
 			Figure: "Withdrawals a month (millions) from which ours, Redis ledger, " + pr.Name + " profile, costs less than EventBridge Scheduler",
 			Value:  pc.breakEven, Note: "the fixed cost a month over the per-item saving; 0: never"}
-		if pr.Name == profileServerless {
+		if pr.Serverless { // the goals are the serverless profiles'
+
 			fixedRow.Target, fixedRow.Met = fmt.Sprintf("≤ $%.0f", serverlessFixedGoal), met(f <= serverlessFixedGoal)
 			evenRow.Target, evenRow.Met = fmt.Sprintf("≤ %.0f million", serverlessBreakEvenGoal), met(pc.breakEven > 0 && pc.breakEven <= serverlessBreakEvenGoal)
 			if !*evenRow.Met {

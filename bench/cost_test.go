@@ -197,7 +197,7 @@ func TestProfileCosts(t *testing.T) {
 	}
 }
 
-// TestProfilesFile: the three profiles, in order, each whole.
+// TestProfilesFile: the four profiles, in order, each whole.
 func TestProfilesFile(t *testing.T) {
 	ps, err := readProfiles("profiles.json")
 	if err != nil {
@@ -207,8 +207,8 @@ func TestProfilesFile(t *testing.T) {
 	for _, p := range ps {
 		names = append(names, p.Name)
 	}
-	if strings.Join(names, ",") != "prod,dev,serverless" {
-		t.Errorf("profiles %v, want prod, dev, serverless", names)
+	if strings.Join(names, ",") != "prod,dev,serverless,serverless-ipv6" {
+		t.Errorf("profiles %v, want prod, dev, serverless, serverless-ipv6", names)
 	}
 	if _, err := readProfiles("testdata/no-such-file.json"); err == nil {
 		t.Error("a missing profiles file read")

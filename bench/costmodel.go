@@ -119,7 +119,7 @@ type costProfile struct {
 	GivesUp string `json:"gives_up"`
 }
 
-// readProfiles reads profilesFile: prod, dev and serverless, in that order.
+// readProfiles reads profilesFile: prod first, then the others.
 func readProfiles(path string) ([]costProfile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -373,11 +373,10 @@ func usd(v float64) string {
 	return fmt.Sprintf("%.3f", v)
 }
 
-// The serverless profile's goals (SPEC.md, issue 24), and how long an item
+// The serverless profiles' goals (SPEC.md, issue 24), and how long an item
 // holds its data in Redis (the default 30 min delay; a purchase's order
 // its payment window, which is shorter by default).
 const (
-	profileServerless       = "serverless"
 	serverlessFixedGoal     = 60.0 // USD a month at no load
 	serverlessBreakEvenGoal = 10.0 // million withdrawals a month against EventBridge Scheduler
 	storedHours             = 0.5

@@ -25,11 +25,11 @@ func TestFunctionsReadEveryVariableTheStackSets(t *testing.T) {
 	if len(read) < 20 {
 		t.Fatalf("found only %d variables in config.Config's env tags: is the tag still `env`?", len(read))
 	}
-	f := stacks(t)
+	f, p := stacks(t), profileStacks(t)
 	for _, st := range []struct {
 		stack *HourglassStack
 		tpl   map[string]any
-	}{{f.def, f.defMap}, {f.opt, f.optMap}, {f.acct, f.acctMap}} {
+	}{{f.def, f.defMap}, {f.opt, f.optMap}, {f.acct, f.acctMap}, {p.sls, p.slsMap}, {p.sls6, p.sls6Map}} {
 		fns := resources(st.tpl, "AWS::Lambda::Function")
 		for _, name := range functionNames {
 			id := logicalID(st.stack, st.stack.Functions[name])

@@ -284,6 +284,6 @@ func everyStack(t *testing.T) []aStack {
 	f, p := stacks(t), profileStacks(t)
 	return []aStack{
 		{"default", f.def, f.defMap}, {"options", f.opt, f.optMap}, {"complete ARNs", f.acct, f.acctMap}, {"dev", p.dev, p.devMap},
-		{"serverless", p.sls, p.slsMap},
+		{"serverless", p.sls, p.slsMap}, {profileServerless6, p.sls6, p.sls6Map},
 	}
 }

@@ -158,7 +158,7 @@ func (s *HourglassStack) createFunctions() error {
 			// Runs may overlap (each outlasts the minute between starts), and
 			// more than two may when Redis is slow: the delay queue's leases
 			// make that safe, so a reservation is only an operator's cap.
-			// Its memory is the profile's (serverless: 256 MB; it mostly
+			// Its memory is the profile's (serverless: 128 MB; it mostly
 			// waits on Redis and SQS).
 			name: fnPoller, memoryMB: float64(s.settings.Profile.PollerMemoryMB), timeout: pollerTimeout, reserved: s.settings.PollerReservedConcurrency,
 			description: "Claims due jobs from the Redis delay queues and sends them to the work queue",
@@ -320,8 +320,10 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 		Vpc:            s.Vpc,
 		VpcSubnets:     &awsec2.SubnetSelection{SubnetGroupName: jsii.String(subnetApp)},
 		SecurityGroups: &[]awsec2.ISecurityGroup{s.SecurityGroups[spec.name]},
-		LogGroup:       logs,
-		LoggingFormat:  awslambda.LoggingFormat_JSON,
+		// serverless-ipv6: outbound IPv6 through the egress-only gateway.
+		Ipv6AllowedForDualStack: s.ipv6Allowed(),
+		LogGroup:                logs,
+		LoggingFormat:           awslambda.LoggingFormat_JSON,
 		// The functions log JSON lines (log/slog) and filter by
 		// HOURGLASS_LOG_LEVEL themselves; Lambda drops DEBUG lines as well,
 		// should a function be set lower, and passes the EMF metric lines,
@@ -349,4 +351,13 @@ func (s *HourglassStack) newFunction(spec functionSpec) awslambda.Function {
 			"Resource::*")
 	}
 	return fn
+}
+
+// ipv6Allowed lets the functions send IPv6 out of a dual-stack VPC
+// (serverless-ipv6); nil leaves the property out of the other templates.
+func (s *HourglassStack) ipv6Allowed() *bool {
+	if !s.settings.Profile.IPv6Egress {
+		return nil
+	}
+	return jsii.Bool(true)
 }

@@ -171,6 +171,9 @@ func (s *HourglassStack) createNetwork() {
 		// prod: one NAT gateway per AZ, so losing an AZ does not cut the
 		// payouts of the other; dev and serverless: one, shared (profile.go).
 		NatGateways: jsii.Number(float64(s.settings.Profile.NatGateways)),
+		// serverless-ipv6: an IPv6 block of Amazon's too, and the app
+		// subnets' route out through an egress-only internet gateway.
+		IpProtocol: s.ipProtocol(),
 		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
 			// Public subnets hold the NAT gateways (their own Elastic IPs)
 			// and nothing else: nothing there gets a public address by
@@ -365,6 +368,9 @@ func (s *HourglassStack) allowInternetPorts() {
 		}
 		if aws := s.awsOverNAT(name); aws != "" {
 			nat := aws + " through the NAT gateway (no interface endpoints)"
+			if s.settings.Profile.IPv6Egress {
+				nat = aws + " over IPv6 (no interface endpoints, no NAT gateway)"
+			}
 			if d, ok := desc[443]; ok {
 				desc[443] = d + "; " + nat
 			} else {
@@ -372,9 +378,21 @@ func (s *HourglassStack) allowInternetPorts() {
 				desc[443] = nat
 			}
 		}
+		anywhere := awsec2.Peer_AnyIpv4()
+		if s.settings.Profile.IPv6Egress {
+			anywhere = awsec2.Peer_AnyIpv6() // IPv4 has no route out
+		}
 		for _, port := range order {
-			s.SecurityGroups[name].AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(float64(port))),
+			s.SecurityGroups[name].AddEgressRule(anywhere, awsec2.Port_Tcp(jsii.Number(float64(port))),
 				jsii.String(desc[port]), nil)
 		}
 	}
+}
+
+// ipProtocol is the VPC's: dual-stack for IPv6Egress, IPv4 only otherwise.
+func (s *HourglassStack) ipProtocol() awsec2.IpProtocol {
+	if s.settings.Profile.IPv6Egress {
+		return awsec2.IpProtocol_DUAL_STACK
+	}
+	return awsec2.IpProtocol_IPV4_ONLY
 }

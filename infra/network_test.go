@@ -119,11 +119,17 @@ func TestSecurityGroups(t *testing.T) {
 				fnOperator: {redisRule, "sg:" + ep(endpointSecrets) + " 443-443", dynamo},
 			}
 			endpoints := st.stack.settings.Profile.EndpointAZs > 0
+			// Out of the VPC: IPv4 through NAT, or IPv6 alone through the
+			// egress-only gateway (serverless-ipv6).
+			anywhere := "0.0.0.0/0"
+			if st.stack.settings.Profile.IPv6Egress {
+				anywhere = "::/0"
+			}
 			if !endpoints {
 				// No interface endpoints: every function calls Secrets
 				// Manager (and SQS, SNS) on 443 through NAT, one rule.
 				for _, fn := range functionNames {
-					w := []string{redisRule, "0.0.0.0/0 443-443"}
+					w := []string{redisRule, anywhere + " 443-443"}
 					if functionReach[fn].dynamodb {
 						w = append(w, dynamo)
 					}
@@ -131,7 +137,7 @@ func TestSecurityGroups(t *testing.T) {
 				}
 			}
 			for _, port := range internet[st.name] {
-				if r := fmt.Sprintf("0.0.0.0/0 %d-%d", port, port); !slices.Contains(want[fnConsumer], r) {
+				if r := fmt.Sprintf("%s %d-%d", anywhere, port, port); !slices.Contains(want[fnConsumer], r) {
 					want[fnConsumer] = append(want[fnConsumer], r)
 				}
 			}

@@ -22,11 +22,11 @@ var (
 )
 
 type profileFixture struct {
-	dev, override, sls          *HourglassStack
-	devTpl, overrideTpl, slsTpl assertions.Template
-	devMap, overrideMap, slsMap map[string]any
-	nagErrors                   []string
-	err                         error
+	dev, override, sls, sls6             *HourglassStack
+	devTpl, overrideTpl, slsTpl, sls6Tpl assertions.Template
+	devMap, overrideMap, slsMap, sls6Map map[string]any
+	nagErrors                            []string
+	err                                  error
 }
 
 func profileStacks(t *testing.T) *profileFixture {
@@ -67,6 +67,10 @@ func buildProfileFixture() (f profileFixture) {
 	if err != nil {
 		return profileFixture{err: err}
 	}
+	sls6, err := settings(map[string]any{ctxProfile: profileServerless6})
+	if err != nil {
+		return profileFixture{err: err}
+	}
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(fxDir, "cdk.out.profiles"))})
 	code := filepath.Join(fxDir, "dist")
 	if f.dev, err = NewHourglassStack(app, "HourglassDev", &HourglassStackProps{Settings: dev, CodeDir: code}); err != nil {
@@ -78,15 +82,20 @@ func buildProfileFixture() (f profileFixture) {
 	if f.sls, err = NewHourglassStack(app, "HourglassServerless", &HourglassStackProps{Settings: sls, CodeDir: code}); err != nil {
 		return profileFixture{err: err}
 	}
+	if f.sls6, err = NewHourglassStack(app, "HourglassServerlessIPv6", &HourglassStackProps{Settings: sls6, CodeDir: code}); err != nil {
+		return profileFixture{err: err}
+	}
 	ApplyNag(app)
 	f.slsTpl = assertions.Template_FromStack(f.sls.Stack, nil)
 	f.slsMap = *f.slsTpl.ToJSON()
+	f.sls6Tpl = assertions.Template_FromStack(f.sls6.Stack, nil)
+	f.sls6Map = *f.sls6Tpl.ToJSON()
 	f.devTpl = assertions.Template_FromStack(f.dev.Stack, nil)
 	f.devMap = *f.devTpl.ToJSON()
 	f.overrideTpl = assertions.Template_FromStack(f.override.Stack, nil)
 	f.overrideMap = *f.overrideTpl.ToJSON()
 	nag := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
-	for _, st := range []*HourglassStack{f.dev, f.override, f.sls} {
+	for _, st := range []*HourglassStack{f.dev, f.override, f.sls, f.sls6} {
 		for _, m := range *assertions.Annotations_FromStack(st.Stack).FindError(jsii.String("*"), nag) {
 			f.nagErrors = append(f.nagErrors, fmt.Sprintf("%s %s: %v", *st.Stack.StackName(), *m.Id, m.Entry.Data))
 		}
@@ -150,7 +159,7 @@ func TestProfileSettings(t *testing.T) {
 			name: "storage limit above ElastiCache's", ctx: map[string]any{"profile": "serverless", "cacheMaxStorageGb": "5001"},
 			wantErr: "context cacheMaxStorageGb: 5001 is outside 1..5000",
 		},
-		{name: "unknown profile", ctx: map[string]any{"profile": "staging"}, wantErr: `context profile: "staging" is not a profile (dev, prod, serverless)`},
+		{name: "unknown profile", ctx: map[string]any{"profile": "staging"}, wantErr: `context profile: "staging" is not a profile (dev, prod, serverless, serverless-ipv6)`},
 		{name: "not a string", ctx: map[string]any{"profile": 1.0}, wantErr: "context profile: want a string"},
 	}
 	for _, tt := range tests {

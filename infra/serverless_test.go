@@ -9,7 +9,7 @@ import (
 
 // TestServerlessProfileTemplate: -c profile=serverless runs ElastiCache
 // Serverless (Valkey) and no node, one NAT gateway, no interface endpoint
-// (DynamoDB keeps its gateway endpoint), a 256 MB poller, on-demand
+// (DynamoDB keeps its gateway endpoint), a 128 MB poller, on-demand
 // tables, no WAF; and cdk-nag is as quiet as on prod.
 func TestServerlessProfileTemplate(t *testing.T) {
 	pf := profileStacks(t)
@@ -85,7 +85,7 @@ func TestServerlessProfileTemplate(t *testing.T) {
 	}
 
 	// Every function: its own user on the serverless endpoint, cluster
-	// mode; the command guard's variable; the poller at 256 MB, the rest
+	// mode; the command guard's variable; the poller at 128 MB, the rest
 	// as in prod.
 	f := stacks(t)
 	fns, defFns := resources(m, "AWS::Lambda::Function"), resources(f.defMap, "AWS::Lambda::Function")
@@ -103,7 +103,7 @@ func TestServerlessProfileTemplate(t *testing.T) {
 		}
 		wantMB := propsOf(defFns[logicalID(f.def, f.def.Functions[fn])])["MemorySize"]
 		if fn == fnPoller {
-			wantMB = float64(256)
+			wantMB = float64(pollerServerlessMB)
 		}
 		if p["MemorySize"] != wantMB {
 			t.Errorf("%s: MemorySize %v, want %v", fn, p["MemorySize"], wantMB)
@@ -233,4 +233,83 @@ func TestEndpointAZsZero(t *testing.T) {
 			t.Errorf("security group %s for an endpoint that does not exist", id)
 		}
 	}
+}
+
+// TestServerlessIPv6Template: -c profile=serverless-ipv6 is serverless with
+// no NAT gateway: a dual-stack VPC, the app subnets' IPv6 route through an
+// egress-only internet gateway, the functions allowed to use it, and their
+// outbound rules to the provider's and AWS's ports on IPv6 alone (IPv4
+// has no route out).
+func TestServerlessIPv6Template(t *testing.T) {
+	pf := profileStacks(t)
+	st, tpl, m := pf.sls6, pf.sls6Tpl, pf.sls6Map
+
+	count(t, tpl, "AWS::EC2::NatGateway", 0)
+	count(t, tpl, "AWS::EC2::EIP", 0)
+	count(t, tpl, "AWS::EC2::EgressOnlyInternetGateway", 1)
+	count(t, tpl, "AWS::EC2::VPCCidrBlock", 1)
+	count(t, tpl, "AWS::ElastiCache::ServerlessCache", 1)
+
+	app := map[string]bool{}
+	for _, sn := range *st.Vpc.SelectSubnets(nil).Subnets {
+		if strings.Contains(*sn.Node().Path(), "/"+subnetApp) {
+			app[*sn.RouteTable().RouteTableId()] = true
+		}
+	}
+	eigw := 0
+	for id, r := range resources(m, "AWS::EC2::Route") {
+		p := propsOf(r)
+		if _, ok := p["NatGatewayId"]; ok {
+			t.Errorf("%s: a route through a NAT gateway", id)
+		}
+		if _, ok := p["EgressOnlyInternetGatewayId"]; ok {
+			if p["DestinationIpv6CidrBlock"] != "::/0" {
+				t.Errorf("%s: egress-only route to %v, want ::/0", id, p["DestinationIpv6CidrBlock"])
+			}
+			eigw++
+		}
+	}
+	if eigw != 2 {
+		t.Errorf("%d routes through the egress-only gateway, want the 2 app subnets'", eigw)
+	}
+
+	for _, name := range functionNames {
+		fn := propsOf(resources(m, "AWS::Lambda::Function")[logicalID(st, st.Functions[name])])
+		vpc, _ := fn["VpcConfig"].(map[string]any)
+		if vpc["Ipv6AllowedForDualStack"] != true {
+			t.Errorf("%s: VpcConfig %s, want Ipv6AllowedForDualStack", name, mustJSON(vpc))
+		}
+	}
+	// Outbound beyond the VPC is IPv6 only: the consumer to the payout
+	// provider and AWS on 443; no rule to 0.0.0.0/0.
+	v6 := map[string]bool{}
+	for id, r := range resources(m, "AWS::EC2::SecurityGroupEgress") {
+		p := propsOf(r)
+		if p["CidrIp"] == "0.0.0.0/0" {
+			t.Errorf("%s: an IPv4 rule to anywhere, with no IPv4 route out", id)
+		}
+	}
+	for _, sg := range resources(m, "AWS::EC2::SecurityGroup") {
+		for _, e := range anySlice(propsOf(sg)["SecurityGroupEgress"]) {
+			rule := e.(map[string]any)
+			if rule["CidrIp"] == "0.0.0.0/0" {
+				t.Errorf("%v: an IPv4 rule to anywhere, with no IPv4 route out", propsOf(sg)["GroupDescription"])
+			}
+			if rule["CidrIpv6"] == "::/0" {
+				v6[fmt.Sprintf("%v %v", propsOf(sg)["GroupDescription"], rule["FromPort"])] = true
+			}
+		}
+	}
+	consumer := "Hourglass " + fnConsumer + " function: Redis and the services it calls only 443"
+	if !v6[consumer] {
+		t.Errorf("no IPv6 rule for the consumer on 443 (the provider, SNS, Secrets Manager); IPv6 rules: %v", v6)
+	}
+	if len(pf.nagErrors) > 0 {
+		t.Errorf("cdk-nag: %v", pf.nagErrors)
+	}
+}
+
+func anySlice(v any) []any {
+	s, _ := v.([]any)
+	return s
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// costProfile is a profile's line of bench/profiles.json: what the cost
+// model prices as running whatever the load.
+type costProfile struct {
+	Name               string  `json:"name"`
+	CacheNodes         int     `json:"cache_nodes"`
+	CacheNodePrice     string  `json:"cache_node_price"`
+	Serverless         bool    `json:"serverless_cache"`
+	NatGateways        int     `json:"nat_gateways"`
+	InterfaceEndpoints int     `json:"interface_endpoints"`
+	EndpointAZs        int     `json:"endpoint_azs"`
+	PollerMemoryMB     float64 `json:"poller_memory_mb"`
+	KMSKeys            int     `json:"kms_keys"`
+	Secrets            int     `json:"secrets"`
+	OperatorSecrets    int     `json:"operator_secrets"`
+	Dashboards         int     `json:"dashboards"`
+	Alarms             int     `json:"alarms"`
+	WAFWebACLs         int     `json:"waf_web_acls"`
+	WAFRules           int     `json:"waf_rules"`
+	GivesUp            string  `json:"gives_up"`
+}
+
+// cacheNodePrices: the prices.json key of each node type a profile runs.
+var cacheNodePrices = map[string]string{
+	"cache.r7g.large": "elasticache_node_hour",
+	"cache.t4g.small": "elasticache_node_hour_t4g_small",
+}
+
+// TestCostProfilesMatchTheStack keeps the cost model honest: what
+// bench/profiles.json prices for each profile is what that profile's
+// synthesized template holds (cdk.json's settings, -c profile=...).
+func TestCostProfilesMatchTheStack(t *testing.T) {
+	b, err := os.ReadFile("../bench/profiles.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Profiles []costProfile `json:"profiles"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	stacks := map[string]aStack{}
+	for _, s := range profileStacksByName(t) {
+		stacks[s.name] = s
+	}
+	if len(f.Profiles) != len(profiles) {
+		t.Errorf("bench/profiles.json prices %d profiles, infra has %d", len(f.Profiles), len(profiles))
+	}
+	for _, want := range f.Profiles {
+		st, ok := stacks[want.Name]
+		if !ok {
+			t.Errorf("bench/profiles.json prices profile %q, which infra does not synthesize here", want.Name)
+			continue
+		}
+		got := countCosts(t, st)
+		want.GivesUp = ""
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("profile %s: bench/profiles.json (-) differs from the template (+):\n%s", want.Name, d)
+		}
+	}
+}
+
+// countCosts counts in st's template what the cost model prices.
+func countCosts(t *testing.T, st aStack) costProfile {
+	t.Helper()
+	p := costProfile{Name: st.name}
+	for _, rg := range resources(st.tpl, "AWS::ElastiCache::ReplicationGroup") {
+		pr := propsOf(rg)
+		p.CacheNodes += int(pr["NumNodeGroups"].(float64)) * (1 + int(pr["ReplicasPerNodeGroup"].(float64)))
+		p.CacheNodePrice = cacheNodePrices[pr["CacheNodeType"].(string)]
+	}
+	p.Serverless = len(resources(st.tpl, "AWS::ElastiCache::ServerlessCache")) > 0
+	p.NatGateways = len(resources(st.tpl, "AWS::EC2::NatGateway"))
+	for _, ep := range resources(st.tpl, "AWS::EC2::VPCEndpoint") {
+		pr := propsOf(ep)
+		if pr["VpcEndpointType"] != "Interface" {
+			continue
+		}
+		p.InterfaceEndpoints++
+		p.EndpointAZs = len(pr["SubnetIds"].([]any))
+	}
+	poller := logicalID(st.stack, st.stack.Functions[fnPoller])
+	p.PollerMemoryMB = propsOf(resources(st.tpl, "AWS::Lambda::Function")[poller])["MemorySize"].(float64)
+	p.KMSKeys = len(resources(st.tpl, "AWS::KMS::Key"))
+	p.Secrets = len(resources(st.tpl, "AWS::SecretsManager::Secret"))
+	p.OperatorSecrets = len(operatorSecrets(st.stack.settings))
+	p.Dashboards = len(resources(st.tpl, "AWS::CloudWatch::Dashboard"))
+	// CloudWatch bills an alarm by the metrics it reads: one, or each
+	// metric (not expression) of a metric math alarm.
+	for _, a := range resources(st.tpl, "AWS::CloudWatch::Alarm") {
+		metrics, ok := propsOf(a)["Metrics"].([]any)
+		if !ok {
+			p.Alarms++
+			continue
+		}
+		for _, m := range metrics {
+			if _, ok := m.(map[string]any)["MetricStat"]; ok {
+				p.Alarms++
+			}
+		}
+	}
+	for _, acl := range resources(st.tpl, "AWS::WAFv2::WebACL") {
+		p.WAFWebACLs++
+		rules, _ := propsOf(acl)["Rules"].([]any)
+		p.WAFRules += len(rules)
+	}
+	return p
+}
+
+// operatorSecrets are the existing secrets the stack's functions read: a
+// channel's, where the settings use that channel.
+func operatorSecrets(s Settings) map[string]bool {
+	used := map[string]bool{s.PayoutSecretName: true, s.PayoutWebhookSecretName: true, s.PaymentsSecretName: true}
+	if s.FinanceWebhookURL != "" {
+		used[s.FinanceSecretName] = true
+	}
+	if s.OrdersWebhookURL != "" {
+		used[s.OrdersSecretName] = true
+	}
+	return used
+}
+
+// profileStacksByName is each profile's stack with cdk.json's settings.
+func profileStacksByName(t *testing.T) []aStack {
+	t.Helper()
+	f, p := stacks(t), profileStacks(t)
+	return []aStack{{profileProd, f.def, f.defMap}, {profileDev, p.dev, p.devMap},
+		{profileServerless, p.sls, p.slsMap}, {profileServerless6, p.sls6, p.sls6Map}}
+}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/hourglass/hourglass/internal/costprofile"
 )
 
 // The cost model: what one million withdrawals or purchases cost in
@@ -92,55 +94,13 @@ const (
 var profilesFile = "bench/profiles.json"
 
 // costProfile is one profile as the cost model sees it.
-type costProfile struct {
-	Name string `json:"name"`
-	// CacheNodes of CacheNodePrice (a prices.json key), or a Serverless cache.
-	CacheNodes     int    `json:"cache_nodes"`
-	CacheNodePrice string `json:"cache_node_price"`
-	Serverless     bool   `json:"serverless_cache"`
-	NatGateways    int    `json:"nat_gateways"`
-	// InterfaceEndpoints, each with a network interface in EndpointAZs AZs;
-	// with none, the functions reach SQS, SNS and Secrets Manager through
-	// the NAT gateways, billed per GB.
-	InterfaceEndpoints int     `json:"interface_endpoints"`
-	EndpointAZs        int     `json:"endpoint_azs"`
-	PollerMemoryMB     float64 `json:"poller_memory_mb"`
-	KMSKeys            int     `json:"kms_keys"`
-	// Secrets the stack creates (the Redis users' passwords), and the
-	// operator's it reads (the payout, callback and payment keys; finance's
-	// and the order events' too with their webhooks).
-	Secrets         int `json:"secrets"`
-	OperatorSecrets int `json:"operator_secrets"`
-	Dashboards      int `json:"dashboards"`
-	Alarms          int `json:"alarms"`
-	WAFWebACLs      int `json:"waf_web_acls"`
-	WAFRules        int `json:"waf_rules"`
-	// GivesUp is what the profile gives up against prod, in a phrase.
-	GivesUp string `json:"gives_up"`
-}
+type costProfile = costprofile.Profile
 
 // readProfiles reads profilesFile: prod first, then the others.
-func readProfiles(path string) ([]costProfile, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var f struct {
-		Profiles []costProfile `json:"profiles"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, p := range f.Profiles {
-		if p.Name == "" || p.PollerMemoryMB <= 0 || (p.CacheNodes > 0) == p.Serverless || p.GivesUp == "" {
-			return nil, fmt.Errorf("%s: profile %q: want a name, poller memory, nodes or a serverless cache (not both) and what it gives up", path, p.Name)
-		}
-	}
-	return f.Profiles, nil
-}
+func readProfiles(path string) ([]costProfile, error) { return costprofile.Read(path) }
 
 // memoryMB is fn's memory on profile p.
-func (p costProfile) memoryMB(fn string) float64 {
+func memoryMB(p costProfile, fn string) float64 {
 	if fn == "poller" {
 		return p.PollerMemoryMB
 	}
@@ -218,7 +178,7 @@ func variable(pl priceList, p costProfile, u usage, n, hours float64) breakdown 
 	}
 	sort.Strings(fns)
 	for _, fn := range fns {
-		b["lambda"] += lambdaUSD(pl, p.memoryMB(fn), n*u.Invocations[fn], n*u.BilledMS[fn])
+		b["lambda"] += lambdaUSD(pl, memoryMB(p, fn), n*u.Invocations[fn], n*u.BilledMS[fn])
 	}
 	if p.Serverless {
 		b["elasticache_ecpu"] = serverlessRedis(pl, u, n, hours)

@@ -1,33 +1,12 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-// costProfile is a profile's line of bench/profiles.json: what the cost
-// model prices as running whatever the load.
-type costProfile struct {
-	Name               string  `json:"name"`
-	CacheNodes         int     `json:"cache_nodes"`
-	CacheNodePrice     string  `json:"cache_node_price"`
-	Serverless         bool    `json:"serverless_cache"`
-	NatGateways        int     `json:"nat_gateways"`
-	InterfaceEndpoints int     `json:"interface_endpoints"`
-	EndpointAZs        int     `json:"endpoint_azs"`
-	PollerMemoryMB     float64 `json:"poller_memory_mb"`
-	KMSKeys            int     `json:"kms_keys"`
-	Secrets            int     `json:"secrets"`
-	OperatorSecrets    int     `json:"operator_secrets"`
-	Dashboards         int     `json:"dashboards"`
-	Alarms             int     `json:"alarms"`
-	WAFWebACLs         int     `json:"waf_web_acls"`
-	WAFRules           int     `json:"waf_rules"`
-	GivesUp            string  `json:"gives_up"`
-}
+	"github.com/hourglass/hourglass/internal/costprofile"
+)
 
 // cacheNodePrices: the prices.json key of each node type a profile runs.
 var cacheNodePrices = map[string]string{
@@ -39,24 +18,18 @@ var cacheNodePrices = map[string]string{
 // bench/profiles.json prices for each profile is what that profile's
 // synthesized template holds (cdk.json's settings, -c profile=...).
 func TestCostProfilesMatchTheStack(t *testing.T) {
-	b, err := os.ReadFile("../bench/profiles.json")
+	priced, err := costprofile.Read("../bench/profiles.json")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Profiles []costProfile `json:"profiles"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
 	stacks := map[string]aStack{}
 	for _, s := range profileStacksByName(t) {
 		stacks[s.name] = s
 	}
-	if len(f.Profiles) != len(profiles) {
-		t.Errorf("bench/profiles.json prices %d profiles, infra has %d", len(f.Profiles), len(profiles))
+	if len(priced) != len(profiles) {
+		t.Errorf("bench/profiles.json prices %d profiles, infra has %d", len(priced), len(profiles))
 	}
-	for _, want := range f.Profiles {
+	for _, want := range priced {
 		st, ok := stacks[want.Name]
 		if !ok {
 			t.Errorf("bench/profiles.json prices profile %q, which infra does not synthesize here", want.Name)
@@ -71,9 +44,9 @@ func TestCostProfilesMatchTheStack(t *testing.T) {
 }
 
 // countCosts counts in st's template what the cost model prices.
-func countCosts(t *testing.T, st aStack) costProfile {
+func countCosts(t *testing.T, st aStack) costprofile.Profile {
 	t.Helper()
-	p := costProfile{Name: st.name}
+	p := costprofile.Profile{Name: st.name}
 	for _, rg := range resources(st.tpl, "AWS::ElastiCache::ReplicationGroup") {
 		pr := propsOf(rg)
 		p.CacheNodes += int(pr["NumNodeGroups"].(float64)) * (1 + int(pr["ReplicasPerNodeGroup"].(float64)))

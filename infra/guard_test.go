@@ -23,7 +23,7 @@ func TestCfnGuardControlTower(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		tpl  map[string]any
-	}{{"default", f.defMap}, {"options", f.optMap}, {"dev", p.devMap}, {"serverless", p.slsMap}} {
+	}{{"default", f.defMap}, {"options", f.optMap}, {"dev", p.devMap}, {"serverless", p.slsMap}, {profileServerless6, p.sls6Map}} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.name+".template.json")
 			b, err := json.Marshal(tc.tpl)

@@ -80,7 +80,7 @@ const (
 //	  ($0.084/GB-h, 100 MB minimum;                                        = $6.1, ECPU
 //	  ECPU $0.0023 per million)                                            under $1 (a)
 //	interface endpoint ($0.01/AZ-hour)    3 x 2 AZs = $44 3 x 1 AZ = $22 none
-//	poller (a ~70 s run every minute,     1 GB = $41      1 GB = $41     256 MB = $10
+//	poller (a ~70 s run every minute,     1 GB = $41      1 GB = $41     128 MB = $5
 //	  arm64 $0.0000133/GB-s)
 //	KMS keys ($1/key-month)               2 = $2          2 = $2         2 = $2
 //	secrets ($0.40/secret-month: 5 Redis  8 = $3.20       8 = $3.20      8 = $3.20
@@ -94,7 +94,12 @@ const (
 //	WAF web ACL of the webhooks ($5),     $6-7            $6-7           none
 //	  its rules ($1 each: 1, 2 with
 //	  webhookSourceCidrs)
-//	total                                 ~$690           ~$135          ~$65
+//	total                                 ~$690           ~$135          ~$60
+//
+// serverless-ipv6 is serverless less the NAT gateway and its address:
+// ~$23. make bench prices every profile from bench/profiles.json, which
+// the infra tests check against these templates (bench/results.md, "What
+// each profile costs").
 //
 // (a) The poller's rounds (one a second at most when idle, a few commands
 // each) and its housekeeping every 10 s: about 10 ECPU a second, 26

@@ -381,12 +381,11 @@ func breakEvenLimit(pc profileCost, schedPerItem float64) string {
 
 // fixedNote lists a profile's fixed items with their cost.
 func fixedNote(pl priceList, p costProfile, f breakdown) string {
-	cache := fmt.Sprintf("%d x %s", p.CacheNodes, strings.TrimPrefix(pl.Prices[p.CacheNodePrice].Unit, ""))
+	// The node type: its price's unit up to " node-hour".
+	node, _, _ := strings.Cut(pl.Prices[p.CacheNodePrice].Unit, " node-hour")
+	cache := fmt.Sprintf("%d x %s", p.CacheNodes, node)
 	if p.Serverless {
 		cache = fmt.Sprintf("ElastiCache Serverless: %.0f MB billed at the least and the idle poller's ECPUs", serverlessMinGB*1000)
-	}
-	if i := strings.Index(cache, " node-hour"); i > 0 {
-		cache = cache[:i]
 	}
 	return fmt.Sprintf("cache $%.2f (%s); poller $%.2f (%.0f MB, a 70 s run a minute); network $%.2f (%d NAT gateways, "+
 		"%d interface endpoints x %d AZs); keys, secrets, alarms $%.2f (%d KMS keys, %d secrets, %d dashboards, %d alarm metrics, "+

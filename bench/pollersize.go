@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hourglass/hourglass/internal/fakes"
 	"github.com/hourglass/hourglass/internal/rie"
 	"github.com/hourglass/hourglass/internal/sqsfake"
 )
@@ -49,20 +48,11 @@ func measurePoller(ctx context.Context, h *harness, rdb redis.UniversalClient, s
 		return need, err
 	}
 	sqs := sqsfake.New(h)
-	sm := fakes.NewSecretStore(map[string]string{
-		"bench/payout-signing": "bench-payout-signing", "bench/finance-signing": "bench-finance-signing",
-		"bench/payout-webhook": "bench-payout-webhook", "bench/payments-webhook": "bench-payments-webhook",
-	})
 	const timeout, margin = 8 * time.Second, 2 * time.Second
-	env := []string{
-		"REDIS_URL=redis://" + srv.addr, "HOURGLASS_AUTH=jwt", "HOURGLASS_LOG_LEVEL=warn",
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench",
-		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.Serve(h), "AWS_ENDPOINT_URL_SQS=" + sqs.URL,
-		"WORK_QUEUE_URL=" + sqsfake.QueueURL, "HOURGLASS_POLLER_MARGIN=" + margin.String(),
-		"PAYOUT_URL=https://127.0.0.1:9/pay", "FINANCE_WEBHOOK_URL=https://127.0.0.1:9/finance",
-		"PAYOUT_SIGNING_SECRET_ID=bench/payout-signing", "FINANCE_SIGNING_SECRET_ID=bench/finance-signing",
-		"PAYOUT_WEBHOOK_SECRET_ID=bench/payout-webhook", "PAYMENTS_WEBHOOK_SECRET_ID=bench/payments-webhook",
-	}
+	// As deployed, with the work queue on the SQS stand-in (os/exec keeps
+	// the last value of a variable set twice).
+	env := append(functionEnv(h, srv), "AWS_ENDPOINT_URL_SQS="+sqs.URL,
+		"WORK_QUEUE_URL="+sqsfake.QueueURL, "HOURGLASS_POLLER_MARGIN="+margin.String())
 	f, err := rie.Start("poller", rie.Options{Emulator: *emulator, Bootstrap: boot, Env: env, Timeout: timeout})
 	if err != nil {
 		return need, err
